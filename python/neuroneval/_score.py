@@ -1,0 +1,172 @@
+"""The one entry point to the core: `compute` returns raw arrays, `score` a polars table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from . import _core
+from ._coerce import as_matrix, as_pairs
+from ._registry import METRICS
+from .errors import EmptyInputError, ParameterError, ShapeError, UnknownMetricError
+
+__all__ = ["compute", "score", "DEFAULT_ALPHA", "DEFAULT_TOP_RANDOM_ALPHA"]
+
+DEFAULT_ALPHA = 0.005
+DEFAULT_TOP_RANDOM_ALPHA = 0.002
+
+Array = npt.NDArray[np.float64]
+
+
+def _metric_list(metrics: str | Sequence[str] | None) -> list[str]:
+    if metrics is None:
+        return list(METRICS)
+    names = [metrics] if isinstance(metrics, str) else list(metrics)
+    if not names:
+        raise EmptyInputError("no metric was requested")
+    for n in names:
+        if n not in METRICS:
+            raise UnknownMetricError(f"unknown metric {n!r}; known metrics: {', '.join(METRICS)}")
+    return names
+
+
+def _seed(seed: int) -> int:
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2**64:
+        raise ParameterError(f"seed must be an integer in [0, 2^64); got {seed!r}")
+    return int(seed)
+
+
+def compute(
+    activations: Any,
+    concepts: Any,
+    metrics: str | Sequence[str] | None = None,
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    lam: float = 1.0,
+    k: int = 25,
+    top_alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
+    seed: int = 0,
+    pairs: Any = None,
+) -> dict[str, Array]:
+    """Scores of each metric: a (K, T) float64 array, or (M,) for `pairs`.
+
+    One call shares every unit's transforms (sort, top-alpha set, moments) between all metrics.
+
+    Parameters
+    ----------
+    activations : array_like, shape (N, K)
+        One column per unit; numpy or torch, float16/bfloat16/float32/float64, any strides.
+    concepts : array_like, shape (N, T)
+        Concept probabilities in [0, 1], one column per explanation.
+    metrics : str or sequence of str, optional
+        Names from `neuroneval.METRICS`; all of them when omitted.
+    alpha : float
+        Top-alpha fraction that binarises each unit (0 < alpha <= 1).
+    lam : float
+        wpmi's lambda (>= 0).
+    k, top_alpha, seed : int, float, int
+        Samples per half, top fraction and seed of the top-random metrics.
+    pairs : array_like, shape (M, 2), optional
+        Score only these (unit, concept) index pairs.
+
+    Examples
+    --------
+    >>> import numpy as np, neuroneval
+    >>> a = np.array([[0.9], [0.1], [0.8], [0.2]])
+    >>> c = np.array([[1.0], [0.0], [1.0], [0.0]])
+    >>> neuroneval.compute(a, c, ["correlation", "auprc"], alpha=0.5)["auprc"]
+    array([[1.]])
+    """
+    acts, conc = _inputs(activations, concepts)
+    return _compute(acts, conc, metrics, alpha, lam, k, top_alpha, seed, pairs)
+
+
+def _inputs(activations: Any, concepts: Any) -> tuple[np.ndarray, np.ndarray]:
+    acts = as_matrix(activations, "activations")
+    conc = as_matrix(concepts, "concepts")
+    if acts.shape[0] != conc.shape[0]:
+        raise ShapeError(
+            f"activations have {acts.shape[0]} inputs (rows) but concepts have {conc.shape[0]}"
+        )
+    return acts, conc
+
+
+def _compute(
+    acts: np.ndarray,
+    conc: np.ndarray,
+    metrics: str | Sequence[str] | None,
+    alpha: float,
+    lam: float,
+    k: int,
+    top_alpha: float,
+    seed: int,
+    pairs: Any,
+) -> dict[str, Array]:
+    names = _metric_list(metrics)
+    if int(k) < 1:
+        raise ParameterError(f"k must be at least 1; got {k}")
+    args = (names, float(alpha), float(lam), int(k), float(top_alpha), _seed(seed))
+    if pairs is None:
+        values = _core.score_matrix(acts, conc, *args)
+    else:
+        values = _core.score_pairs(acts, conc, as_pairs(pairs), *args)
+    return dict(zip(names, values))
+
+
+def score(
+    activations: Any,
+    concepts: Any,
+    metrics: str | Sequence[str] | None = None,
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    lam: float = 1.0,
+    k: int = 25,
+    top_alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
+    seed: int = 0,
+    unit_names: Sequence[str] | None = None,
+    concept_names: Sequence[str] | None = None,
+    pairs: Any = None,
+) -> pl.DataFrame:
+    """A tidy table: one row per (unit, concept) pair, one float64 column per metric.
+
+    Takes the arguments of `compute`, plus names for the units and concepts (integer
+    indices when omitted). Rows come unit-major (all concepts of unit 0 first), or in the
+    order of `pairs`.
+
+    Examples
+    --------
+    >>> import numpy as np, neuroneval
+    >>> a = np.array([[0.9, 0.1], [0.1, 0.8], [0.8, 0.3], [0.2, 0.9]])
+    >>> c = np.array([[1.0], [0.0], [1.0], [0.0]])
+    >>> neuroneval.score(a, c, ["correlation"], concept_names=["dog"]).shape
+    (2, 3)
+    """
+    acts, conc = _inputs(activations, concepts)
+    n_units, n_concepts = acts.shape[1], conc.shape[1]
+    for names, count, what in ((unit_names, n_units, "unit_names"), (concept_names, n_concepts, "concept_names")):
+        if names is not None and len(names) != count:
+            raise ShapeError(f"{what} has {len(names)} entries for {count} columns")
+    values = _compute(acts, conc, metrics, alpha, lam, k, top_alpha, seed, pairs)
+    if pairs is None:
+        unit_idx = np.repeat(np.arange(n_units), n_concepts)
+        concept_idx = np.tile(np.arange(n_concepts), n_units)
+    else:
+        p = as_pairs(pairs)
+        unit_idx, concept_idx = p[:, 0], p[:, 1]
+    columns: dict[str, Any] = {
+        "unit": _labels(unit_idx, unit_names),
+        "concept": _labels(concept_idx, concept_names),
+    }
+    for name, v in values.items():
+        columns[name] = v.reshape(-1)
+    return pl.DataFrame(columns)
+
+
+def _labels(index: npt.NDArray[Any], names: Sequence[str] | None) -> Any:
+    if names is None:
+        return index.astype(np.int64)
+    return pl.Series([str(n) for n in names], dtype=pl.String).gather(index.astype(np.int64))

@@ -1,0 +1,253 @@
+//! Scoring all (unit, concept) pairs, or a list of pairs: blocks of units in parallel,
+//! each unit transformed once, then the pair kernel for each of its concepts.
+
+use rayon::prelude::*;
+
+use crate::concepts::ConceptSet;
+use crate::error::{CoreError, Result};
+use crate::matrix::{Element, MatrixView};
+use crate::metric::{Metric, Needs, Params};
+use crate::pair::{PairKernel, Products};
+use crate::unit::UnitProfile;
+
+/// Units transformed and multiplied together. Fixed, so that no result depends on how many
+/// threads run: every output value is computed by the same sequence of operations.
+pub const UNIT_BLOCK: usize = 32;
+
+/// Scores in metric order: `values[m][k * T + t]` for a matrix call, `values[m][p]` for pairs.
+pub type Scores = Vec<Vec<f64>>;
+
+fn check_activations<E: Element>(
+    activations: &MatrixView<'_, E>,
+    n_inputs: usize,
+    units: &[usize],
+) -> Result<()> {
+    if activations.rows() == 0 || activations.cols() == 0 {
+        return Err(CoreError::Empty(format!(
+            "activations have shape ({}, {}); need at least one input and one unit",
+            activations.rows(),
+            activations.cols()
+        )));
+    }
+    if activations.rows() != n_inputs {
+        return Err(CoreError::Shape(format!(
+            "activations have {} inputs (rows) but concepts have {n_inputs}",
+            activations.rows()
+        )));
+    }
+    activations.check_finite("activations", units)
+}
+
+fn check_metrics(metrics: &[Metric]) -> Result<()> {
+    if metrics.is_empty() {
+        return Err(CoreError::Empty("no metric was requested".into()));
+    }
+    Ok(())
+}
+
+/// Every metric for every (unit, concept) pair of an (N, K) activation matrix.
+pub fn score_matrix<E: Element>(
+    activations: MatrixView<'_, E>,
+    concepts: &ConceptSet,
+    metrics: &[Metric],
+    params: &Params,
+) -> Result<Scores> {
+    params.validate()?;
+    check_metrics(metrics)?;
+    let k = activations.cols();
+    let all_units: Vec<usize> = (0..k).collect();
+    check_activations(&activations, concepts.n_inputs, &all_units)?;
+    let t = concepts.len();
+    let needs = Needs::of(metrics);
+
+    let mut outputs: Scores = metrics.iter().map(|_| vec![0.0; k * t]).collect();
+    // Per block, one mutable slice of each metric's output.
+    let mut per_metric: Vec<std::slice::ChunksMut<'_, f64>> = outputs
+        .iter_mut()
+        .map(|o| o.chunks_mut(UNIT_BLOCK * t))
+        .collect();
+    let mut blocks: Vec<(usize, Vec<&mut [f64]>)> = Vec::new();
+    for start in (0..k).step_by(UNIT_BLOCK) {
+        let slices = per_metric
+            .iter_mut()
+            .map(|it| it.next().expect("one chunk per block"))
+            .collect();
+        blocks.push((start, slices));
+    }
+
+    blocks.into_par_iter().for_each(|(start, mut outs)| {
+        let units: Vec<usize> = (start..(start + UNIT_BLOCK).min(k)).collect();
+        score_block(
+            &activations,
+            concepts,
+            &units,
+            &needs,
+            params,
+            metrics,
+            &mut outs,
+        );
+    });
+    Ok(outputs)
+}
+
+/// Transforms the block's units, multiplies them with dense concepts if there are any,
+/// then runs the pair kernel for each (unit, concept).
+fn score_block<E: Element>(
+    activations: &MatrixView<'_, E>,
+    concepts: &ConceptSet,
+    units: &[usize],
+    needs: &Needs,
+    params: &Params,
+    metrics: &[Metric],
+    outs: &mut [&mut [f64]],
+) {
+    let n = activations.rows();
+    let t = concepts.len();
+    let mut columns = vec![0.0; units.len() * n];
+    activations.columns_into(units, &mut columns);
+    let profiles: Vec<UnitProfile> = columns
+        .chunks(n)
+        .zip(units)
+        .map(|(a, &u)| UnitProfile::build(a.to_vec(), u, needs, params))
+        .collect();
+    drop(columns);
+
+    let products = match (&concepts.dense, needs.products || needs.rank_products) {
+        (Some(dense), true) => Some(dense_products(&profiles, concepts, dense, needs)),
+        _ => None,
+    };
+
+    let mut kernel = PairKernel::default();
+    let mut row = vec![0.0; metrics.len()];
+    for (u, profile) in profiles.iter().enumerate() {
+        for (c, col) in concepts.columns.iter().enumerate() {
+            let p = products.as_ref().map(|p| p[u * t + c]);
+            kernel.score(profile, col, needs, params, p, metrics, &mut row);
+            for (m, v) in row.iter().enumerate() {
+                outs[m][u * t + c] = *v;
+            }
+        }
+    }
+}
+
+/// cov, dot and rank_cov of a block of units with every concept, by dense matrix products.
+fn dense_products(
+    profiles: &[UnitProfile],
+    concepts: &ConceptSet,
+    dense: &crate::concepts::DenseConcepts,
+    needs: &Needs,
+) -> Vec<Products> {
+    let n = concepts.n_inputs;
+    let t = concepts.len();
+    let b = profiles.len();
+    let mut out = vec![Products::default(); b * t];
+    if needs.products {
+        let lhs: Vec<f64> = profiles
+            .iter()
+            .flat_map(|p| p.centred.iter().copied())
+            .collect();
+        let g = crate::gemm::at_b(&lhs, &dense.values, b, t, n);
+        for (u, p) in profiles.iter().enumerate() {
+            for (c, col) in concepts.columns.iter().enumerate() {
+                let x = g[u * t + c];
+                out[u * t + c].cov = x - col.mean * p.centred_sum;
+                out[u * t + c].dot = x + p.mean * col.sum;
+            }
+        }
+    }
+    if needs.rank_products {
+        let lhs: Vec<f64> = profiles
+            .iter()
+            .flat_map(|p| p.centred_rank.iter().copied())
+            .collect();
+        let g = crate::gemm::at_b(&lhs, &dense.centred_ranks, b, t, n);
+        for (o, x) in out.iter_mut().zip(g) {
+            o.rank_cov = x;
+        }
+    }
+    out
+}
+
+/// Every metric for each listed (unit, concept) pair; costs only what those pairs cost.
+pub fn score_pairs<E: Element, C: Element>(
+    activations: MatrixView<'_, E>,
+    concepts: MatrixView<'_, C>,
+    pairs: &[(i64, i64)],
+    metrics: &[Metric],
+    params: &Params,
+) -> Result<Scores> {
+    params.validate()?;
+    check_metrics(metrics)?;
+    let (k, t) = (activations.cols(), concepts.cols());
+    for (index, &(unit, concept)) in pairs.iter().enumerate() {
+        if unit < 0 || concept < 0 || unit as usize >= k || concept as usize >= t {
+            return Err(CoreError::PairOutOfRange {
+                index,
+                unit,
+                concept,
+                units: k,
+                concepts: t,
+            });
+        }
+    }
+    // Only the concepts and units that pairs name are transformed.
+    let mut used_concepts: Vec<usize> = pairs.iter().map(|&(_, c)| c as usize).collect();
+    used_concepts.sort_unstable();
+    used_concepts.dedup();
+    let mut used_units: Vec<usize> = pairs.iter().map(|&(u, _)| u as usize).collect();
+    used_units.sort_unstable();
+    used_units.dedup();
+    if pairs.is_empty() {
+        return Ok(metrics.iter().map(|_| Vec::new()).collect());
+    }
+    let set = ConceptSet::build(concepts, Some(&used_concepts), false)?;
+    check_activations(&activations, set.n_inputs, &used_units)?;
+    let needs = Needs::of(metrics);
+
+    // Pairs grouped by unit, so each unit is transformed once.
+    let mut by_unit: Vec<usize> = (0..pairs.len()).collect();
+    by_unit.sort_by_key(|&p| (pairs[p].0, p));
+    let groups: Vec<&[usize]> = by_unit
+        .chunk_by(|&x, &y| pairs[x].0 == pairs[y].0)
+        .collect();
+
+    let n = activations.rows();
+    let m = metrics.len();
+    let results: Vec<Vec<(usize, Vec<f64>)>> = groups
+        .par_iter()
+        .map(|group| {
+            let unit = pairs[group[0]].0 as usize;
+            let mut a = vec![0.0; n];
+            activations.columns_into(&[unit], &mut a);
+            let profile = UnitProfile::build(a, unit, &needs, params);
+            let mut kernel = PairKernel::default();
+            group
+                .iter()
+                .map(|&p| {
+                    let c = used_concepts
+                        .binary_search(&(pairs[p].1 as usize))
+                        .expect("every used concept was built");
+                    let mut row = vec![0.0; m];
+                    kernel.score(
+                        &profile,
+                        &set.columns[c],
+                        &needs,
+                        params,
+                        None,
+                        metrics,
+                        &mut row,
+                    );
+                    (p, row)
+                })
+                .collect()
+        })
+        .collect();
+
+    let mut outputs: Scores = metrics.iter().map(|_| vec![0.0; pairs.len()]).collect();
+    for (p, row) in results.into_iter().flatten() {
+        for (j, v) in row.into_iter().enumerate() {
+            outputs[j][p] = v;
+        }
+    }
+    Ok(outputs)
+}

@@ -1,0 +1,23 @@
+//! neuroneval-core: exact NeuronEval metrics (SPEC section 3) for all (unit, concept) pairs.
+//!
+//! Nothing here knows about Python. The flow of one call: validate, transform each concept
+//! once ([`concepts::ConceptSet`]), transform each unit once ([`unit::UnitProfile`]), then
+//! the pair kernel ([`pair::PairKernel`]) for each pair, over blocks of units in parallel.
+
+pub mod concepts;
+pub mod engine;
+pub mod error;
+mod gemm;
+pub mod matrix;
+pub mod metric;
+pub mod pair;
+pub mod ranks;
+pub mod rng;
+pub mod single;
+pub mod unit;
+
+pub use concepts::ConceptSet;
+pub use engine::{score_matrix, score_pairs, Scores};
+pub use error::{CoreError, Result};
+pub use matrix::{Element, MatrixView};
+pub use metric::{Metric, Params};

@@ -1,0 +1,136 @@
+//! A read-only strided view of a 2-D matrix of any supported element type.
+
+use crate::error::{CoreError, Result};
+
+/// Element types the kernels read. Every value is widened to f64 before any arithmetic.
+pub trait Element: Copy + Send + Sync + 'static {
+    fn to_f64(self) -> f64;
+}
+
+impl Element for i64 {
+    /// Exact for indices below 2^53; used only for index arrays, never for scores.
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+}
+
+impl Element for f64 {
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self
+    }
+}
+
+impl Element for f32 {
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+}
+
+/// A (rows x cols) matrix laid out anywhere in `data` with non-negative strides (in elements).
+#[derive(Clone, Copy, Debug)]
+pub struct MatrixView<'a, E> {
+    data: &'a [E],
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    col_stride: usize,
+}
+
+impl<'a, E: Element> MatrixView<'a, E> {
+    /// A view with explicit strides; fails if the strides reach outside `data`.
+    pub fn new(
+        data: &'a [E],
+        rows: usize,
+        cols: usize,
+        row_stride: usize,
+        col_stride: usize,
+    ) -> Result<Self> {
+        if rows > 0 && cols > 0 {
+            let last = (rows - 1).checked_mul(row_stride).and_then(|r| {
+                (cols - 1)
+                    .checked_mul(col_stride)
+                    .and_then(|c| r.checked_add(c))
+            });
+            match last {
+                Some(last) if last < data.len() => {}
+                _ => {
+                    return Err(CoreError::Shape(format!(
+                        "a {rows} x {cols} view with strides ({row_stride}, {col_stride}) does not fit in {} elements",
+                        data.len()
+                    )))
+                }
+            }
+        }
+        Ok(Self {
+            data,
+            rows,
+            cols,
+            row_stride,
+            col_stride,
+        })
+    }
+
+    /// A C-contiguous (row-major) view.
+    pub fn row_major(data: &'a [E], rows: usize, cols: usize) -> Result<Self> {
+        if data.len() != rows * cols {
+            return Err(CoreError::Shape(format!(
+                "{} elements cannot form a {rows} x {cols} matrix",
+                data.len()
+            )));
+        }
+        Self::new(data, rows, cols, cols, 1)
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The element itself, without widening.
+    #[inline(always)]
+    pub fn get_raw(&self, row: usize, col: usize) -> E {
+        self.data[row * self.row_stride + col * self.col_stride]
+    }
+
+    #[inline(always)]
+    pub fn get(&self, row: usize, col: usize) -> f64 {
+        self.data[row * self.row_stride + col * self.col_stride].to_f64()
+    }
+
+    /// Copies the listed columns into `out` as contiguous f64 vectors (`rows` each).
+    /// Walks rows in order so that a row-major source is read sequentially.
+    pub fn columns_into(&self, cols: &[usize], out: &mut [f64]) {
+        debug_assert_eq!(out.len(), cols.len() * self.rows);
+        for i in 0..self.rows {
+            let base = i * self.row_stride;
+            for (j, &c) in cols.iter().enumerate() {
+                out[j * self.rows + i] = self.data[base + c * self.col_stride].to_f64();
+            }
+        }
+    }
+
+    /// The first non-finite value of the listed columns in row-major order, as an error
+    /// naming its row and column.
+    pub fn check_finite(&self, what: &'static str, columns: &[usize]) -> Result<()> {
+        for i in 0..self.rows {
+            for &j in columns {
+                let v = self.get(i, j);
+                if !v.is_finite() {
+                    return Err(CoreError::NonFinite {
+                        what,
+                        row: i,
+                        column: j,
+                        value: v,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,315 @@
+//! The pair kernel: every metric of one (unit, concept) pair from the two transforms.
+//!
+//! Costs O(min(|b| log nnz, nnz)) for the top-set sums, O(|y|) for the label sums and
+//! O(nnz) for sparse products, where nnz counts the concept's nonzero entries.
+
+use crate::concepts::ConceptColumn;
+use crate::metric::{harmonic, Metric, Needs, Params};
+use crate::ranks::{ap_with_tail, auc_from_rank_sum};
+use crate::unit::{midranks, UnitProfile};
+
+/// log(max(c, 1e-8)) clips empty concepts as the reference implementation does.
+const WPMI_FLOOR: f64 = 1e-8;
+
+/// Sums over all inputs that a dense matrix product may supply instead of the kernel.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Products {
+    /// sum (a - mean a) (c - mean c)
+    pub cov: f64,
+    /// sum a c
+    pub dot: f64,
+    /// sum (rank a - mid) (rank c - mid)
+    pub rank_cov: f64,
+}
+
+/// Everything the metrics of one pair are computed from.
+#[derive(Clone, Copy, Debug, Default)]
+struct PairStats {
+    n: f64,
+    nb: f64,
+    ny: f64,
+    tp: f64,
+    fwd_rank_sum: f64,
+    fwd_ap: f64,
+    fwd_log_sum: f64,
+    pos_centred_sum: f64,
+    pos_rank_sum: f64,
+    inv_ap: f64,
+    products: Products,
+    top_random_corr: f64,
+    top_random_spearman: f64,
+}
+
+/// Scratch space reused across the pairs a thread scores.
+#[derive(Default)]
+pub struct PairKernel {
+    at_least: Vec<u32>,
+    subset_c: Vec<f64>,
+}
+
+/// a / b, NaN when b is 0 (SPEC section 1: undefined is NaN).
+#[inline]
+fn ratio(a: f64, b: f64) -> f64 {
+    if b == 0.0 {
+        f64::NAN
+    } else {
+        a / b
+    }
+}
+
+/// Pearson r of two equally long vectors (two passes), clipped to [-1, 1]; NaN on zero variance.
+pub fn pearson(x: &[f64], y: &[f64]) -> f64 {
+    let n = x.len() as f64;
+    let mx = x.iter().sum::<f64>() / n;
+    let my = y.iter().sum::<f64>() / n;
+    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+    for (a, b) in x.iter().zip(y) {
+        let (dx, dy) = (a - mx, b - my);
+        sxy += dx * dy;
+        sxx += dx * dx;
+        syy += dy * dy;
+    }
+    if x.iter().all(|&v| v == x[0]) || y.iter().all(|&v| v == y[0]) {
+        return f64::NAN;
+    }
+    correlation_from(sxy, sxx * syy)
+}
+
+#[inline]
+fn correlation_from(cov: f64, sq_denominator: f64) -> f64 {
+    ratio(cov, sq_denominator.sqrt()).clamp(-1.0, 1.0)
+}
+
+impl PairKernel {
+    /// Writes metrics[j] of the pair into out[j]. `products` comes from a dense matrix
+    /// product when the caller has one; otherwise the kernel sums the sparse entries.
+    #[allow(clippy::too_many_arguments)]
+    pub fn score(
+        &mut self,
+        unit: &UnitProfile,
+        col: &ConceptColumn,
+        needs: &Needs,
+        params: &Params,
+        products: Option<Products>,
+        metrics: &[Metric],
+        out: &mut [f64],
+    ) {
+        let n = unit.n();
+        let mut s = PairStats {
+            n: n as f64,
+            nb: unit.top.len() as f64,
+            ny: col.n_positive() as f64,
+            ..Default::default()
+        };
+        if needs.forward {
+            self.forward(unit, col, needs, &mut s);
+        }
+        if needs.inverse {
+            self.inverse(unit, col, needs, &mut s);
+        }
+        if needs.products || needs.rank_products {
+            s.products = products.unwrap_or_else(|| sparse_products(unit, col, needs));
+        }
+        if needs.top_random {
+            self.top_random(unit, col, &mut s);
+        }
+        for (m, o) in metrics.iter().zip(out.iter_mut()) {
+            *o = value(*m, &s, unit, col, params);
+        }
+    }
+
+    /// Sums over the unit's top set b: TP, the concept's ranks, log values, AP groups.
+    fn forward(
+        &mut self,
+        unit: &UnitProfile,
+        col: &ConceptColumn,
+        needs: &Needs,
+        s: &mut PairStats,
+    ) {
+        let n = unit.n();
+        let nnz = col.nz_index.len();
+        let (mut tp, mut members, mut rank_sum, mut log_sum) = (0usize, 0usize, 0.0, 0.0);
+        self.at_least.clear();
+        let mut visit = |j: usize, at_least: &mut Vec<u32>| {
+            let v = col.nz_value[j];
+            members += 1;
+            tp += (v >= 0.5) as usize;
+            if needs.forward_rank_sum {
+                rank_sum += col.nz_rank[j];
+            }
+            if needs.forward_log_sum {
+                log_sum += v.max(WPMI_FLOOR).ln();
+            }
+            if needs.forward_ap {
+                at_least.push(col.nz_at_least[j]);
+            }
+        };
+        let nb = unit.top.len();
+        if nnz == n {
+            for &i in &unit.top {
+                visit(i as usize, &mut self.at_least);
+            }
+        } else if nb * (usize::BITS - nnz.leading_zeros()) as usize <= nnz {
+            for &i in &unit.top {
+                if let Ok(j) = col.nz_index.binary_search(&i) {
+                    visit(j, &mut self.at_least);
+                }
+            }
+        } else {
+            for (j, &i) in col.nz_index.iter().enumerate() {
+                if unit.in_top[i as usize] {
+                    visit(j, &mut self.at_least);
+                }
+            }
+        }
+        let zeros = nb - members;
+        s.tp = tp as f64;
+        s.fwd_rank_sum = rank_sum + zeros as f64 * col.zero_rank;
+        s.fwd_log_sum = log_sum + zeros as f64 * WPMI_FLOOR.ln();
+        if needs.forward_ap {
+            s.fwd_ap = ap_with_tail(&mut self.at_least, nb, zeros, n);
+        }
+    }
+
+    /// Sums over the concept's positive labels y: activations, their ranks, AP groups.
+    fn inverse(
+        &mut self,
+        unit: &UnitProfile,
+        col: &ConceptColumn,
+        needs: &Needs,
+        s: &mut PairStats,
+    ) {
+        let mid = (unit.n() as f64 + 1.0) / 2.0;
+        let (mut sum, mut rank_sum) = (0.0, 0.0);
+        self.at_least.clear();
+        for &i in &col.positives {
+            let i = i as usize;
+            sum += unit.centred[i];
+            if needs.order {
+                rank_sum += unit.centred_rank[i] + mid;
+            }
+            if needs.inverse_ap {
+                self.at_least.push(unit.at_least[i]);
+            }
+        }
+        s.pos_centred_sum = sum;
+        s.pos_rank_sum = rank_sum;
+        if needs.inverse_ap {
+            s.inv_ap = ap_with_tail(&mut self.at_least, col.n_positive(), 0, 0);
+        }
+    }
+
+    /// Pearson and Spearman on the unit's top-random subset.
+    fn top_random(&mut self, unit: &UnitProfile, col: &ConceptColumn, s: &mut PairStats) {
+        let n = unit.n();
+        self.subset_c.clear();
+        self.subset_c.extend(
+            unit.subset
+                .iter()
+                .map(|&i| col.find(i, n).map_or(0.0, |j| col.nz_value[j])),
+        );
+        s.top_random_corr = pearson(&unit.subset_a, &self.subset_c);
+        if self.subset_c.iter().all(|&v| v == self.subset_c[0]) {
+            s.top_random_spearman = f64::NAN;
+        } else {
+            let ranks = midranks(&self.subset_c);
+            s.top_random_spearman = pearson(&unit.subset_rank, &ranks);
+        }
+    }
+}
+
+/// The all-input sums from the concept's nonzero entries (zeros contribute nothing once
+/// the unit side is centred).
+fn sparse_products(unit: &UnitProfile, col: &ConceptColumn, needs: &Needs) -> Products {
+    let mut p = Products::default();
+    if needs.products {
+        let (mut cov, mut dot) = (0.0, 0.0);
+        for (&i, &v) in col.nz_index.iter().zip(&col.nz_value) {
+            cov += unit.centred[i as usize] * v;
+            dot += unit.a[i as usize] * v;
+        }
+        p.cov = cov - col.mean * unit.centred_sum;
+        p.dot = dot;
+    }
+    if needs.rank_products {
+        let mut rc = 0.0;
+        for (&i, &r) in col.nz_index.iter().zip(&col.nz_rank) {
+            rc += unit.centred_rank[i as usize] * (r - col.zero_rank);
+        }
+        p.rank_cov = rc;
+    }
+    p
+}
+
+fn value(
+    m: Metric,
+    s: &PairStats,
+    unit: &UnitProfile,
+    col: &ConceptColumn,
+    params: &Params,
+) -> f64 {
+    use Metric::*;
+    let tn = s.n - s.nb - s.ny + s.tp;
+    match m {
+        Recall => ratio(s.tp, s.nb),
+        Precision => ratio(s.tp, s.ny),
+        F1 => ratio(2.0 * s.tp, s.nb + s.ny),
+        Iou => ratio(s.tp, s.nb + s.ny - s.tp),
+        Accuracy => (s.tp + tn) / s.n,
+        BalancedAccuracy => (ratio(s.tp, s.nb) + ratio(tn, s.n - s.nb)) / 2.0,
+        InverseBalancedAccuracy => (ratio(s.tp, s.ny) + ratio(tn, s.n - s.ny)) / 2.0,
+        Auc => nan_if_degenerate(
+            s.nb,
+            s.n,
+            auc_from_rank_sum(s.fwd_rank_sum, s.nb as usize, s.n as usize),
+        ),
+        InverseAuc => nan_if_degenerate(
+            s.ny,
+            s.n,
+            auc_from_rank_sum(s.pos_rank_sum, s.ny as usize, s.n as usize),
+        ),
+        Auprc => s.fwd_ap,
+        InverseAuprc => s.inv_ap,
+        Correlation => correlation_from(s.products.cov, unit.centred_sq_sum * col.centred_sq_sum),
+        Cosine => correlation_from(s.products.dot, unit.sq_norm * col.sq_norm),
+        Spearman => correlation_from(
+            s.products.rank_cov,
+            unit.centred_rank_sq_sum * col.rank_centred_sq_sum,
+        ),
+        Wpmi => {
+            if col.mean == 0.0 {
+                f64::NAN
+            } else {
+                s.fwd_log_sum / s.nb - params.lambda * col.mean.ln()
+            }
+        }
+        Mad => {
+            if s.ny == 0.0 || s.ny == s.n {
+                f64::NAN
+            } else {
+                s.pos_centred_sum / s.ny - (unit.centred_sum - s.pos_centred_sum) / (s.n - s.ny)
+            }
+        }
+        CorrelationTopRandom => s.top_random_corr,
+        SpearmanTopRandom => s.top_random_spearman,
+        combined => {
+            let (x, y) = combined
+                .components()
+                .expect("every other metric is a combination");
+            harmonic(
+                value(x, s, unit, col, params),
+                value(y, s, unit, col, params),
+            )
+        }
+    }
+}
+
+/// AUC is undefined when the label is all 0 or all 1.
+#[inline]
+fn nan_if_degenerate(positives: f64, n: f64, v: f64) -> f64 {
+    if positives == 0.0 || positives == n {
+        f64::NAN
+    } else {
+        v
+    }
+}

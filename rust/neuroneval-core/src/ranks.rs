@@ -1,0 +1,164 @@
+//! Sorting, midranks and the two rank statistics (ROC AUC, average precision) on single vectors.
+
+/// A u64 whose unsigned order is the numeric order of a finite f64 (with -0.0 == 0.0).
+#[inline(always)]
+fn order_key(v: f64) -> u64 {
+    let v = if v == 0.0 { 0.0 } else { v };
+    let bits = v.to_bits();
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | (1 << 63)
+    }
+}
+
+/// Indices sorted by value descending, ties by index ascending (so the order is unique).
+pub fn sort_descending(values: &[f64]) -> Vec<u32> {
+    let mut keyed: Vec<(u64, u32)> = values
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (!order_key(v), i as u32))
+        .collect();
+    keyed.sort_unstable();
+    keyed.into_iter().map(|(_, i)| i).collect()
+}
+
+/// From a descending order: each element's descending midrank (1 = largest, ties averaged)
+/// and the number of elements >= it (the end of its tie group).
+pub fn midranks_from_order(
+    values: &[f64],
+    order: &[u32],
+    desc_midrank: &mut [f64],
+    at_least: &mut [u32],
+) {
+    let n = order.len();
+    let mut start = 0;
+    while start < n {
+        let v = values[order[start] as usize];
+        let mut end = start + 1;
+        while end < n && values[order[end] as usize] == v {
+            end += 1;
+        }
+        let mid = (start + 1 + end) as f64 / 2.0;
+        for &i in &order[start..end] {
+            desc_midrank[i as usize] = mid;
+            at_least[i as usize] = end as u32;
+        }
+        start = end;
+    }
+}
+
+/// Mann-Whitney ROC AUC with midranks; NaN when all labels agree.
+pub fn roc_auc(labels: &[bool], scores: &[f64]) -> f64 {
+    let n = scores.len();
+    let order = sort_descending(scores);
+    let mut desc = vec![0.0; n];
+    let mut at_least = vec![0u32; n];
+    midranks_from_order(scores, &order, &mut desc, &mut at_least);
+    let mut n_pos = 0usize;
+    let mut rank_sum = 0.0;
+    for i in 0..n {
+        if labels[i] {
+            n_pos += 1;
+            rank_sum += n as f64 + 1.0 - desc[i];
+        }
+    }
+    auc_from_rank_sum(rank_sum, n_pos, n)
+}
+
+/// AUC from the sum of the positives' ascending midranks.
+#[inline]
+pub fn auc_from_rank_sum(rank_sum: f64, n_pos: usize, n: usize) -> f64 {
+    let p = n_pos as f64;
+    let q = (n - n_pos) as f64;
+    (rank_sum - p * (p + 1.0) / 2.0) / (p * q)
+}
+
+/// Average precision over distinct score thresholds; NaN without a positive label.
+pub fn average_precision(labels: &[bool], scores: &[f64]) -> f64 {
+    let order = sort_descending(scores);
+    let mut at_least = vec![0u32; scores.len()];
+    let mut desc = vec![0.0; scores.len()];
+    midranks_from_order(scores, &order, &mut desc, &mut at_least);
+    let mut ge: Vec<u32> = (0..scores.len())
+        .filter(|&i| labels[i])
+        .map(|i| at_least[i])
+        .collect();
+    let n_pos = ge.len();
+    ap_from_group_sizes(&mut ge, n_pos)
+}
+
+/// Average precision from, for each positive, the size of the prediction set at its
+/// threshold (#{j : score_j >= score_i}), plus `extra` positives sharing the lowest
+/// threshold `extra_at`. Sorts `at_least` in place.
+pub fn ap_from_group_sizes(at_least: &mut [u32], n_pos: usize) -> f64 {
+    ap_with_tail(at_least, n_pos, 0, 0)
+}
+
+/// As [`ap_from_group_sizes`], with `tail_count` more positives at threshold size `tail_at`,
+/// which must be at least every value in `at_least`.
+pub fn ap_with_tail(at_least: &mut [u32], n_pos: usize, tail_count: usize, tail_at: usize) -> f64 {
+    if n_pos == 0 {
+        return f64::NAN;
+    }
+    at_least.sort_unstable();
+    let mut ap = 0.0;
+    let mut tp = 0usize;
+    let mut j = 0;
+    while j < at_least.len() {
+        let g = at_least[j];
+        let mut cnt = 0;
+        while j < at_least.len() && at_least[j] == g {
+            cnt += 1;
+            j += 1;
+        }
+        tp += cnt;
+        ap += cnt as f64 * tp as f64 / g as f64;
+    }
+    if tail_count > 0 {
+        tp += tail_count;
+        ap += tail_count as f64 * tp as f64 / tail_at as f64;
+    }
+    ap / n_pos as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn midranks_average_ties() {
+        let v = [3.0, 1.0, 3.0, 2.0];
+        let order = sort_descending(&v);
+        assert_eq!(order, vec![0, 2, 3, 1]);
+        let mut d = vec![0.0; 4];
+        let mut g = vec![0; 4];
+        midranks_from_order(&v, &order, &mut d, &mut g);
+        assert_eq!(d, vec![1.5, 4.0, 1.5, 3.0]);
+        assert_eq!(g, vec![2, 4, 2, 3]);
+    }
+
+    #[test]
+    fn negative_zero_ties_with_zero() {
+        let v = [0.0, -0.0, 1.0];
+        let order = sort_descending(&v);
+        let mut d = vec![0.0; 3];
+        let mut g = vec![0; 3];
+        midranks_from_order(&v, &order, &mut d, &mut g);
+        assert_eq!(d[0], d[1]);
+    }
+
+    #[test]
+    fn auc_counts_tied_pairs_half() {
+        // one positive tied with one negative, one negative below: (0.5 + 1) / 2
+        let auc = roc_auc(&[true, false, false], &[1.0, 1.0, 0.0]);
+        assert!((auc - 0.75).abs() < 1e-15);
+    }
+
+    #[test]
+    fn ap_with_a_tied_threshold() {
+        // scores 0.9 (pos), 0.5 (pos), 0.5 (neg): thresholds {0.9}: P=1, R=.5; {0.5}: P=2/3, R=1
+        let ap = average_precision(&[true, true, false], &[0.9, 0.5, 0.5]);
+        assert!((ap - (0.5 + 0.5 * 2.0 / 3.0)).abs() < 1e-15);
+    }
+}

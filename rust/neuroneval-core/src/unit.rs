@@ -1,0 +1,141 @@
+//! Per-unit transforms: computed once per unit, shared by all of its concepts and metrics.
+
+use crate::metric::{top_count, Needs, Params};
+use crate::ranks::{midranks_from_order, sort_descending};
+use crate::rng::SplitMix64;
+
+/// What the pair kernels read about one unit a_k.
+#[derive(Debug, Default)]
+pub struct UnitProfile {
+    pub a: Vec<f64>,
+    pub mean: f64,
+    /// a - mean; exactly 0 for a constant unit.
+    pub centred: Vec<f64>,
+    /// sum of `centred` (0 up to rounding; kept so products stay exact).
+    pub centred_sum: f64,
+    pub centred_sq_sum: f64,
+    pub sq_norm: f64,
+    /// Ascending midranks minus (N+1)/2 (present when `Needs::order`).
+    pub centred_rank: Vec<f64>,
+    pub centred_rank_sq_sum: f64,
+    /// #{j : a_j >= a_i} (present when `Needs::order`).
+    pub at_least: Vec<u32>,
+    /// Descending order, ties by index (present when `Needs::order`).
+    pub order: Vec<u32>,
+    /// The top-alpha set b: members, and membership by input.
+    pub top: Vec<u32>,
+    pub in_top: Vec<bool>,
+    /// The top-random subset (with duplicates), its activations and their midranks.
+    pub subset: Vec<u32>,
+    pub subset_a: Vec<f64>,
+    pub subset_rank: Vec<f64>,
+}
+
+impl UnitProfile {
+    /// Transforms unit `unit` (its activations `a`, already validated finite).
+    pub fn build(a: Vec<f64>, unit: usize, needs: &Needs, params: &Params) -> UnitProfile {
+        let n = a.len();
+        let mut p = UnitProfile::default();
+        let constant = a.iter().all(|&v| v == a[0]);
+        p.mean = if constant {
+            a[0]
+        } else {
+            a.iter().sum::<f64>() / n as f64
+        };
+        p.centred = if constant {
+            vec![0.0; n]
+        } else {
+            a.iter().map(|v| v - p.mean).collect()
+        };
+        p.centred_sum = p.centred.iter().sum();
+        p.centred_sq_sum = p.centred.iter().map(|v| v * v).sum();
+        p.sq_norm = a.iter().map(|v| v * v).sum();
+
+        if needs.order {
+            p.order = sort_descending(&a);
+            let mut desc = vec![0.0; n];
+            p.at_least = vec![0; n];
+            midranks_from_order(&a, &p.order, &mut desc, &mut p.at_least);
+            // ascending rank = N + 1 - descending rank; centred by (N + 1) / 2
+            let mid = (n as f64 + 1.0) / 2.0;
+            p.centred_rank = desc.iter().map(|d| mid - d).collect();
+            p.centred_rank_sq_sum = p.centred_rank.iter().map(|v| v * v).sum();
+        }
+        if needs.top_set {
+            p.top = top_alpha_set(
+                &a,
+                params.alpha,
+                (!p.order.is_empty()).then_some(&p.order[..]),
+            );
+            p.in_top = vec![false; n];
+            for &i in &p.top {
+                p.in_top[i as usize] = true;
+            }
+        }
+        if needs.top_random {
+            p.subset = top_random_subset(&p.order, unit, params);
+            p.subset_a = p.subset.iter().map(|&i| a[i as usize]).collect();
+            p.subset_rank = midranks(&p.subset_a);
+        }
+        p.a = a;
+        p
+    }
+
+    pub fn n(&self) -> usize {
+        self.a.len()
+    }
+}
+
+/// The top-alpha set {i : a_i >= cut}, cut the ceil(alpha N)-th largest value; ties at the
+/// cut are all included (SPEC section 2). Uses the full order when one is at hand.
+pub fn top_alpha_set(a: &[f64], alpha: f64, order: Option<&[u32]>) -> Vec<u32> {
+    let n_top = top_count(alpha, a.len());
+    let cut = match order {
+        Some(order) => a[order[n_top - 1] as usize],
+        None => {
+            let mut scratch = a.to_vec();
+            let (_, cut, _) = scratch.select_nth_unstable_by(n_top - 1, |x, y| y.total_cmp(x));
+            *cut
+        }
+    };
+    match order {
+        Some(order) => order
+            .iter()
+            .take_while(|&&i| a[i as usize] >= cut)
+            .copied()
+            .collect(),
+        None => (0..a.len() as u32)
+            .filter(|&i| a[i as usize] >= cut)
+            .collect(),
+    }
+}
+
+/// k inputs drawn without replacement from the unit's top ceil(alpha N) (by the unique
+/// descending order), plus k drawn without replacement from all N; duplicates kept.
+/// Each unit seeds its own stream, so results do not depend on the thread count.
+pub fn top_random_subset(order: &[u32], unit: usize, params: &Params) -> Vec<u32> {
+    let n = order.len();
+    let pool = top_count(params.top_random_alpha, n);
+    let mut rng = SplitMix64::for_stream(params.seed, unit as u64);
+    let mut subset: Vec<u32> = rng
+        .sample_without_replacement(pool, params.top_random_k.min(pool))
+        .into_iter()
+        .map(|j| order[j])
+        .collect();
+    subset.extend(
+        rng.sample_without_replacement(n, params.top_random_k.min(n))
+            .into_iter()
+            .map(|j| j as u32),
+    );
+    subset
+}
+
+/// Ascending midranks (1 = smallest) of a short vector.
+pub fn midranks(values: &[f64]) -> Vec<f64> {
+    let n = values.len();
+    let order = sort_descending(values);
+    let mut desc = vec![0.0; n];
+    let mut at_least = vec![0u32; n];
+    midranks_from_order(values, &order, &mut desc, &mut at_least);
+    desc.iter().map(|d| n as f64 + 1.0 - d).collect()
+}
