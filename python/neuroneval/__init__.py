@@ -5,7 +5,7 @@
 >>> dogs = np.array([[1.0], [1.0], [0.0], [0.0]])
 >>> table = neuroneval.score(acts, dogs, ["correlation", "auprc"], alpha=0.5, concept_names=["dogs"])
 >>> table["correlation"].round(3).to_list()
-[0.995, -0.985]
+[0.978, -0.992]
 """
 
 from __future__ import annotations

@@ -89,9 +89,7 @@ def _inputs(activations: Any, concepts: Any) -> tuple[np.ndarray, np.ndarray]:
     acts = as_matrix(activations, "activations")
     conc = as_matrix(concepts, "concepts")
     if acts.shape[0] != conc.shape[0]:
-        raise ShapeError(
-            f"activations have {acts.shape[0]} inputs (rows) but concepts have {conc.shape[0]}"
-        )
+        raise ShapeError(f"activations have {acts.shape[0]} inputs (rows) but concepts have {conc.shape[0]}")
     return acts, conc
 
 
@@ -114,7 +112,7 @@ def _compute(
         values = _core.score_matrix(acts, conc, *args)
     else:
         values = _core.score_pairs(acts, conc, as_pairs(pairs), *args)
-    return dict(zip(names, values))
+    return dict(zip(names, values, strict=True))
 
 
 def score(

@@ -11,8 +11,8 @@ Examples
 >>> a = np.array([[0.9, 0.1], [0.8, 0.2], [0.1, 0.9], [0.2, 0.7]])
 >>> c = np.array([[1.0], [1.0], [0.0], [0.0]])
 >>> metrics.correlation(a, c).round(3)
-array([[ 0.986],
-       [-0.973]])
+array([[ 0.99 ],
+       [-0.972]])
 >>> metrics.iou(a, c, alpha=0.5)
 array([[1.],
        [0.]])
@@ -33,8 +33,13 @@ from .errors import ShapeError
 
 Array = npt.NDArray[np.float64]
 
-__all__ = [*METRICS, "roc_auc_score", "average_precision_score", "roc_auc_score_columns",
-           "average_precision_score_columns"]
+__all__ = [
+    *METRICS,
+    "roc_auc_score",
+    "average_precision_score",
+    "roc_auc_score_columns",
+    "average_precision_score_columns",
+]
 
 
 class PlainMetric(Protocol):
@@ -208,11 +213,13 @@ def average_precision_score(y_true: Any, y_score: Any) -> float:
 
 def roc_auc_score_columns(y_true: Any, y_score: Any) -> Array:
     """`roc_auc_score` of each column pair of two (N, M) arrays, in parallel: shape (M,)."""
-    return _core.rank_statistic_columns("roc_auc", as_matrix(y_true, "y_true"), as_matrix(y_score, "y_score"))
+    out: Array = _core.rank_statistic_columns("roc_auc", as_matrix(y_true, "y_true"), as_matrix(y_score, "y_score"))
+    return out
 
 
 def average_precision_score_columns(y_true: Any, y_score: Any) -> Array:
     """`average_precision_score` of each column pair of two (N, M) arrays: shape (M,)."""
-    return _core.rank_statistic_columns(
+    out: Array = _core.rank_statistic_columns(
         "average_precision", as_matrix(y_true, "y_true"), as_matrix(y_score, "y_score")
     )
+    return out

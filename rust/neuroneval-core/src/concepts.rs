@@ -43,19 +43,20 @@ pub struct ConceptColumn {
 }
 
 impl ConceptColumn {
-    /// Builds the transforms of one column of N values, all already validated to lie in [0, 1].
-    pub fn build(values: &[f64]) -> ConceptColumn {
-        let n = values.len();
-        let mut col = ConceptColumn::default();
-        for (i, &v) in values.iter().enumerate() {
-            if v != 0.0 {
-                col.nz_index.push(i as u32);
-                col.nz_value.push(v);
-            }
-            if v >= 0.5 {
-                col.positives.push(i as u32);
-            }
-        }
+    /// Builds the transforms of one column of N values from its nonzero entries
+    /// (ascending inputs), all already validated to lie in (0, 1].
+    pub fn from_nonzeros(n: usize, nz_index: Vec<u32>, nz_value: Vec<f64>) -> ConceptColumn {
+        let mut col = ConceptColumn {
+            positives: nz_index
+                .iter()
+                .zip(&nz_value)
+                .filter(|(_, &v)| v >= 0.5)
+                .map(|(&i, _)| i)
+                .collect(),
+            nz_index,
+            nz_value,
+            ..Default::default()
+        };
         let nnz = col.nz_index.len();
         col.n_zero = n - nnz;
         col.zero_rank = (col.n_zero as f64 + 1.0) / 2.0;
@@ -113,6 +114,82 @@ pub struct ConceptSet {
     /// Column-major dense copies (values, centred midranks) for matrix products, kept only
     /// when the concepts are dense enough for products to beat sparse gathers.
     pub dense: Option<DenseConcepts>,
+    /// The nonzero entries by input, for sweeps over a unit's inputs (absent when dense).
+    pub rows: Option<RowIndex>,
+    /// The positive labels by input: row i lists the concepts with c_i >= 0.5.
+    pub labels: LabelIndex,
+}
+
+/// Concept entries grouped by input (CSR): entries of row i at ptr[i]..ptr[i+1],
+/// concepts ascending, each with the column's value, midrank and threshold size.
+#[derive(Debug, Default)]
+pub struct RowIndex {
+    pub ptr: Vec<usize>,
+    pub concept: Vec<u32>,
+    pub value: Vec<f64>,
+    pub rank: Vec<f64>,
+    pub at_least: Vec<u32>,
+}
+
+/// Positive labels grouped by input (CSR), concepts ascending.
+#[derive(Debug, Default)]
+pub struct LabelIndex {
+    pub ptr: Vec<usize>,
+    pub concept: Vec<u32>,
+}
+
+/// Row pointers of a CSR from per-row counts.
+fn row_pointers(n: usize, rows_of: impl Iterator<Item = u32>) -> Vec<usize> {
+    let mut ptr = vec![0usize; n + 1];
+    for i in rows_of {
+        ptr[i as usize + 1] += 1;
+    }
+    for i in 0..n {
+        ptr[i + 1] += ptr[i];
+    }
+    ptr
+}
+
+impl RowIndex {
+    fn from_columns(columns: &[ConceptColumn], n: usize) -> RowIndex {
+        let ptr = row_pointers(n, columns.iter().flat_map(|c| c.nz_index.iter().copied()));
+        let nnz = ptr[n];
+        let mut next = ptr.clone();
+        let mut r = RowIndex {
+            concept: vec![0; nnz],
+            value: vec![0.0; nnz],
+            rank: vec![0.0; nnz],
+            at_least: vec![0; nnz],
+            ptr: Vec::new(),
+        };
+        for (t, col) in columns.iter().enumerate() {
+            for (j, &i) in col.nz_index.iter().enumerate() {
+                let e = next[i as usize];
+                next[i as usize] += 1;
+                r.concept[e] = t as u32;
+                r.value[e] = col.nz_value[j];
+                r.rank[e] = col.nz_rank[j];
+                r.at_least[e] = col.nz_at_least[j];
+            }
+        }
+        r.ptr = ptr;
+        r
+    }
+}
+
+impl LabelIndex {
+    fn from_columns(columns: &[ConceptColumn], n: usize) -> LabelIndex {
+        let ptr = row_pointers(n, columns.iter().flat_map(|c| c.positives.iter().copied()));
+        let mut next = ptr.clone();
+        let mut concept = vec![0u32; ptr[n]];
+        for (t, col) in columns.iter().enumerate() {
+            for &i in &col.positives {
+                concept[next[i as usize]] = t as u32;
+                next[i as usize] += 1;
+            }
+        }
+        LabelIndex { ptr, concept }
+    }
 }
 
 #[derive(Debug)]
@@ -126,11 +203,12 @@ pub struct DenseConcepts {
 impl ConceptSet {
     /// Validates (finite, in [0, 1]) and transforms the listed columns of an (N, T) concept
     /// matrix (all of them when `selected` is None); `columns[j]` is `selected[j]`'s transform.
-    /// `allow_dense` lets a caller that scores few pairs skip the dense copies.
+    /// `for_matrix` builds the indexes a call over all pairs uses (dense copies or rows, labels);
+    /// a call over a few pairs skips them.
     pub fn build<E: Element>(
         concepts: MatrixView<'_, E>,
         selected: Option<&[usize]>,
-        allow_dense: bool,
+        for_matrix: bool,
     ) -> Result<ConceptSet> {
         let (n, t) = (concepts.rows(), concepts.cols());
         let all: Vec<usize>;
@@ -151,26 +229,67 @@ impl ConceptSet {
                 "{n} inputs exceed the limit of 2^32 - 1"
             )));
         }
-        check_concepts(&concepts, selected)?;
-        let columns: Vec<ConceptColumn> = selected
+        // One pass over the rows per block of concepts: validate and keep the nonzeros.
+        let built: Vec<Result<Vec<ConceptColumn>>> = selected
             .par_chunks(CONCEPT_BLOCK)
-            .flat_map_iter(|block| {
-                let mut buf = vec![0.0; block.len() * n];
-                concepts.columns_into(block, &mut buf);
-                buf.chunks(n)
-                    .map(ConceptColumn::build)
-                    .collect::<Vec<_>>()
+            .map(|block| {
+                let mut index: Vec<Vec<u32>> = vec![Vec::new(); block.len()];
+                let mut value: Vec<Vec<f64>> = vec![Vec::new(); block.len()];
+                for i in 0..n {
+                    for (j, &c) in block.iter().enumerate() {
+                        let v = concepts.get(i, c);
+                        if v != 0.0 {
+                            if !(0.0..=1.0).contains(&v) {
+                                return Err(bad_concept(i, c, v));
+                            }
+                            index[j].push(i as u32);
+                            value[j].push(v);
+                        }
+                    }
+                }
+                Ok(index
                     .into_iter()
+                    .zip(value)
+                    .map(|(idx, val)| ConceptColumn::from_nonzeros(n, idx, val))
+                    .collect())
             })
             .collect();
+        // Report the first bad value in row-major order, whatever the threads did.
+        let mut columns = Vec::with_capacity(selected.len());
+        let mut first_error: Option<CoreError> = None;
+        for block in built {
+            match block {
+                Ok(cols) => columns.extend(cols),
+                Err(e) => {
+                    if first_error
+                        .as_ref()
+                        .is_none_or(|f| error_position(&e) < error_position(f))
+                    {
+                        first_error = Some(e);
+                    }
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
         let nnz: usize = columns.iter().map(|c| c.nz_index.len()).sum();
         let density = nnz as f64 / (n as f64 * columns.len() as f64);
-        let dense = (allow_dense && density > DENSE_PRODUCT_DENSITY)
+        // A matrix call (for_matrix) sweeps units over inputs; a pairs call does not.
+        let dense = (for_matrix && density > DENSE_PRODUCT_DENSITY)
             .then(|| DenseConcepts::from_columns(&columns, n));
+        let rows = (for_matrix && dense.is_none()).then(|| RowIndex::from_columns(&columns, n));
+        let labels = if for_matrix {
+            LabelIndex::from_columns(&columns, n)
+        } else {
+            LabelIndex::default()
+        };
         Ok(ConceptSet {
             n_inputs: n,
             columns,
             dense,
+            rows,
+            labels,
         })
     }
 
@@ -206,20 +325,24 @@ impl DenseConcepts {
     }
 }
 
-/// The first bad concept value in row-major order: non-finite, or outside [0, 1].
-fn check_concepts<E: Element>(concepts: &MatrixView<'_, E>, columns: &[usize]) -> Result<()> {
-    concepts.check_finite("concepts", columns)?;
-    for i in 0..concepts.rows() {
-        for &j in columns {
-            let v = concepts.get(i, j);
-            if !(0.0..=1.0).contains(&v) {
-                return Err(CoreError::ConceptRange {
-                    row: i,
-                    column: j,
-                    value: v,
-                });
-            }
+fn bad_concept(row: usize, column: usize, value: f64) -> CoreError {
+    if value.is_finite() {
+        CoreError::ConceptRange { row, column, value }
+    } else {
+        CoreError::NonFinite {
+            what: "concepts",
+            row,
+            column,
+            value,
         }
     }
-    Ok(())
+}
+
+fn error_position(e: &CoreError) -> (usize, usize) {
+    match e {
+        CoreError::ConceptRange { row, column, .. } | CoreError::NonFinite { row, column, .. } => {
+            (*row, *column)
+        }
+        _ => (usize::MAX, usize::MAX),
+    }
 }

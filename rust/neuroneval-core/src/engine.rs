@@ -7,7 +7,8 @@ use crate::concepts::ConceptSet;
 use crate::error::{CoreError, Result};
 use crate::matrix::{Element, MatrixView};
 use crate::metric::{Metric, Needs, Params};
-use crate::pair::{PairKernel, Products};
+use crate::pair::{PairKernel, Precomputed, Products};
+use crate::sweep;
 use crate::unit::UnitProfile;
 
 /// Units transformed and multiplied together. Fixed, so that no result depends on how many
@@ -112,7 +113,7 @@ fn score_block<E: Element>(
         .collect();
     drop(columns);
 
-    let products = match (&concepts.dense, needs.products || needs.rank_products) {
+    let dense = match (&concepts.dense, needs.products || needs.rank_products) {
         (Some(dense), true) => Some(dense_products(&profiles, concepts, dense, needs)),
         _ => None,
     };
@@ -120,9 +121,27 @@ fn score_block<E: Element>(
     let mut kernel = PairKernel::default();
     let mut row = vec![0.0; metrics.len()];
     for (u, profile) in profiles.iter().enumerate() {
+        // Sums for all concepts at once, by sweeps over the unit's inputs.
+        let rows = concepts.rows.as_ref();
+        let forward = rows
+            .filter(|_| needs.forward)
+            .map(|r| sweep::forward(profile, concepts, r, needs));
+        let inverse = needs
+            .inverse
+            .then(|| sweep::inverse(profile, concepts, &concepts.labels, needs));
+        let sparse = rows
+            .filter(|_| dense.is_none() && (needs.products || needs.rank_products))
+            .map(|r| sweep::products(profile, concepts, r, needs));
         for (c, col) in concepts.columns.iter().enumerate() {
-            let p = products.as_ref().map(|p| p[u * t + c]);
-            kernel.score(profile, col, needs, params, p, metrics, &mut row);
+            let pre = Precomputed {
+                products: dense
+                    .as_ref()
+                    .map(|p| p[u * t + c])
+                    .or_else(|| sparse.as_ref().map(|p| p[c])),
+                forward: forward.as_ref().map(|f| f[c]),
+                inverse: inverse.as_ref().map(|i| i[c]),
+            };
+            kernel.score(profile, col, needs, params, pre, metrics, &mut row);
             for (m, v) in row.iter().enumerate() {
                 outs[m][u * t + c] = *v;
             }
@@ -233,7 +252,7 @@ pub fn score_pairs<E: Element, C: Element>(
                         &set.columns[c],
                         &needs,
                         params,
-                        None,
+                        Precomputed::default(),
                         metrics,
                         &mut row,
                     );

@@ -14,6 +14,7 @@ pub mod pair;
 pub mod ranks;
 pub mod rng;
 pub mod single;
+pub mod sweep;
 pub mod unit;
 
 pub use concepts::ConceptSet;

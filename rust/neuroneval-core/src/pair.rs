@@ -22,19 +22,47 @@ pub struct Products {
     pub rank_cov: f64,
 }
 
+/// Sums over the unit's top set b (forward metrics).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ForwardSums {
+    /// TP = #{i in b : c_i >= 0.5}
+    pub tp: f64,
+    /// sum over b of the concept's ascending midranks
+    pub rank_sum: f64,
+    /// sum over b of log(max(c, 1e-8))
+    pub log_sum: f64,
+    /// average precision with label b and score c
+    pub ap: f64,
+}
+
+/// Sums over the concept's positive labels y (inverse metrics).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InverseSums {
+    /// sum over y of (a - mean a)
+    pub centred_sum: f64,
+    /// sum over y of the unit's ascending midranks
+    pub rank_sum: f64,
+    /// average precision with label y and score a
+    pub ap: f64,
+}
+
+/// Sums that a caller computed for many concepts at once (a sweep over a unit's inputs,
+/// a matrix product); the kernel computes whatever is missing for the pair alone.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Precomputed {
+    pub products: Option<Products>,
+    pub forward: Option<ForwardSums>,
+    pub inverse: Option<InverseSums>,
+}
+
 /// Everything the metrics of one pair are computed from.
 #[derive(Clone, Copy, Debug, Default)]
 struct PairStats {
     n: f64,
     nb: f64,
     ny: f64,
-    tp: f64,
-    fwd_rank_sum: f64,
-    fwd_ap: f64,
-    fwd_log_sum: f64,
-    pos_centred_sum: f64,
-    pos_rank_sum: f64,
-    inv_ap: f64,
+    fwd: ForwardSums,
+    inv: InverseSums,
     products: Products,
     top_random_corr: f64,
     top_random_spearman: f64,
@@ -81,8 +109,7 @@ fn correlation_from(cov: f64, sq_denominator: f64) -> f64 {
 }
 
 impl PairKernel {
-    /// Writes metrics[j] of the pair into out[j]. `products` comes from a dense matrix
-    /// product when the caller has one; otherwise the kernel sums the sparse entries.
+    /// Writes metrics[j] of the pair into out[j], from the sums in `pre` where present.
     #[allow(clippy::too_many_arguments)]
     pub fn score(
         &mut self,
@@ -90,7 +117,7 @@ impl PairKernel {
         col: &ConceptColumn,
         needs: &Needs,
         params: &Params,
-        products: Option<Products>,
+        pre: Precomputed,
         metrics: &[Metric],
         out: &mut [f64],
     ) {
@@ -102,13 +129,19 @@ impl PairKernel {
             ..Default::default()
         };
         if needs.forward {
-            self.forward(unit, col, needs, &mut s);
+            s.fwd = pre
+                .forward
+                .unwrap_or_else(|| self.forward(unit, col, needs));
         }
         if needs.inverse {
-            self.inverse(unit, col, needs, &mut s);
+            s.inv = pre
+                .inverse
+                .unwrap_or_else(|| self.inverse(unit, col, needs));
         }
         if needs.products || needs.rank_products {
-            s.products = products.unwrap_or_else(|| sparse_products(unit, col, needs));
+            s.products = pre
+                .products
+                .unwrap_or_else(|| sparse_products(unit, col, needs));
         }
         if needs.top_random {
             self.top_random(unit, col, &mut s);
@@ -119,13 +152,7 @@ impl PairKernel {
     }
 
     /// Sums over the unit's top set b: TP, the concept's ranks, log values, AP groups.
-    fn forward(
-        &mut self,
-        unit: &UnitProfile,
-        col: &ConceptColumn,
-        needs: &Needs,
-        s: &mut PairStats,
-    ) {
+    fn forward(&mut self, unit: &UnitProfile, col: &ConceptColumn, needs: &Needs) -> ForwardSums {
         let n = unit.n();
         let nnz = col.nz_index.len();
         let (mut tp, mut members, mut rank_sum, mut log_sum) = (0usize, 0usize, 0.0, 0.0);
@@ -138,7 +165,7 @@ impl PairKernel {
                 rank_sum += col.nz_rank[j];
             }
             if needs.forward_log_sum {
-                log_sum += v.max(WPMI_FLOOR).ln();
+                log_sum += clipped_log(v);
             }
             if needs.forward_ap {
                 at_least.push(col.nz_at_least[j]);
@@ -162,23 +189,21 @@ impl PairKernel {
                 }
             }
         }
-        let zeros = nb - members;
-        s.tp = tp as f64;
-        s.fwd_rank_sum = rank_sum + zeros as f64 * col.zero_rank;
-        s.fwd_log_sum = log_sum + zeros as f64 * WPMI_FLOOR.ln();
-        if needs.forward_ap {
-            s.fwd_ap = ap_with_tail(&mut self.at_least, nb, zeros, n);
-        }
+        finish_forward(
+            tp,
+            members,
+            rank_sum,
+            log_sum,
+            &mut self.at_least,
+            nb,
+            n,
+            col,
+            needs,
+        )
     }
 
     /// Sums over the concept's positive labels y: activations, their ranks, AP groups.
-    fn inverse(
-        &mut self,
-        unit: &UnitProfile,
-        col: &ConceptColumn,
-        needs: &Needs,
-        s: &mut PairStats,
-    ) {
+    fn inverse(&mut self, unit: &UnitProfile, col: &ConceptColumn, needs: &Needs) -> InverseSums {
         let mid = (unit.n() as f64 + 1.0) / 2.0;
         let (mut sum, mut rank_sum) = (0.0, 0.0);
         self.at_least.clear();
@@ -192,10 +217,14 @@ impl PairKernel {
                 self.at_least.push(unit.at_least[i]);
             }
         }
-        s.pos_centred_sum = sum;
-        s.pos_rank_sum = rank_sum;
-        if needs.inverse_ap {
-            s.inv_ap = ap_with_tail(&mut self.at_least, col.n_positive(), 0, 0);
+        InverseSums {
+            centred_sum: sum,
+            rank_sum,
+            ap: if needs.inverse_ap {
+                ap_with_tail(&mut self.at_least, col.n_positive(), 0, 0)
+            } else {
+                0.0
+            },
         }
     }
 
@@ -216,6 +245,39 @@ impl PairKernel {
             s.top_random_spearman = pearson(&unit.subset_rank, &ranks);
         }
     }
+}
+
+/// Completes the forward sums from the top set's nonzero members: the `nb - members`
+/// members where c = 0 form the lowest tie group (rank `zero_rank`, threshold size N).
+#[allow(clippy::too_many_arguments)]
+pub fn finish_forward(
+    tp: usize,
+    members: usize,
+    rank_sum: f64,
+    log_sum: f64,
+    at_least: &mut [u32],
+    nb: usize,
+    n: usize,
+    col: &ConceptColumn,
+    needs: &Needs,
+) -> ForwardSums {
+    let zeros = nb - members;
+    ForwardSums {
+        tp: tp as f64,
+        rank_sum: rank_sum + zeros as f64 * col.zero_rank,
+        log_sum: log_sum + zeros as f64 * WPMI_FLOOR.ln(),
+        ap: if needs.forward_ap {
+            ap_with_tail(at_least, nb, zeros, n)
+        } else {
+            0.0
+        },
+    }
+}
+
+/// log(max(c, 1e-8)), wpmi's clipped log.
+#[inline]
+pub fn clipped_log(v: f64) -> f64 {
+    v.max(WPMI_FLOOR).ln()
 }
 
 /// The all-input sums from the concept's nonzero entries (zeros contribute nothing once
@@ -249,27 +311,27 @@ fn value(
     params: &Params,
 ) -> f64 {
     use Metric::*;
-    let tn = s.n - s.nb - s.ny + s.tp;
+    let tn = s.n - s.nb - s.ny + s.fwd.tp;
     match m {
-        Recall => ratio(s.tp, s.nb),
-        Precision => ratio(s.tp, s.ny),
-        F1 => ratio(2.0 * s.tp, s.nb + s.ny),
-        Iou => ratio(s.tp, s.nb + s.ny - s.tp),
-        Accuracy => (s.tp + tn) / s.n,
-        BalancedAccuracy => (ratio(s.tp, s.nb) + ratio(tn, s.n - s.nb)) / 2.0,
-        InverseBalancedAccuracy => (ratio(s.tp, s.ny) + ratio(tn, s.n - s.ny)) / 2.0,
+        Recall => ratio(s.fwd.tp, s.nb),
+        Precision => ratio(s.fwd.tp, s.ny),
+        F1 => ratio(2.0 * s.fwd.tp, s.nb + s.ny),
+        Iou => ratio(s.fwd.tp, s.nb + s.ny - s.fwd.tp),
+        Accuracy => (s.fwd.tp + tn) / s.n,
+        BalancedAccuracy => (ratio(s.fwd.tp, s.nb) + ratio(tn, s.n - s.nb)) / 2.0,
+        InverseBalancedAccuracy => (ratio(s.fwd.tp, s.ny) + ratio(tn, s.n - s.ny)) / 2.0,
         Auc => nan_if_degenerate(
             s.nb,
             s.n,
-            auc_from_rank_sum(s.fwd_rank_sum, s.nb as usize, s.n as usize),
+            auc_from_rank_sum(s.fwd.rank_sum, s.nb as usize, s.n as usize),
         ),
         InverseAuc => nan_if_degenerate(
             s.ny,
             s.n,
-            auc_from_rank_sum(s.pos_rank_sum, s.ny as usize, s.n as usize),
+            auc_from_rank_sum(s.inv.rank_sum, s.ny as usize, s.n as usize),
         ),
-        Auprc => s.fwd_ap,
-        InverseAuprc => s.inv_ap,
+        Auprc => s.fwd.ap,
+        InverseAuprc => s.inv.ap,
         Correlation => correlation_from(s.products.cov, unit.centred_sq_sum * col.centred_sq_sum),
         Cosine => correlation_from(s.products.dot, unit.sq_norm * col.sq_norm),
         Spearman => correlation_from(
@@ -280,14 +342,14 @@ fn value(
             if col.mean == 0.0 {
                 f64::NAN
             } else {
-                s.fwd_log_sum / s.nb - params.lambda * col.mean.ln()
+                s.fwd.log_sum / s.nb - params.lambda * col.mean.ln()
             }
         }
         Mad => {
             if s.ny == 0.0 || s.ny == s.n {
                 f64::NAN
             } else {
-                s.pos_centred_sum / s.ny - (unit.centred_sum - s.pos_centred_sum) / (s.n - s.ny)
+                s.inv.centred_sum / s.ny - (unit.centred_sum - s.inv.centred_sum) / (s.n - s.ny)
             }
         }
         CorrelationTopRandom => s.top_random_corr,

@@ -13,14 +13,48 @@ fn order_key(v: f64) -> u64 {
 }
 
 /// Indices sorted by value descending, ties by index ascending (so the order is unique).
+///
+/// An LSD radix sort on 8-bit digits of the order key: stable, so ties keep index order.
+/// Digits on which every key agrees are skipped, which drops most passes for activations
+/// that were float32 (their low 29 mantissa bits are zero) or small integers.
 pub fn sort_descending(values: &[f64]) -> Vec<u32> {
-    let mut keyed: Vec<(u64, u32)> = values
+    let n = values.len();
+    let keys: Vec<u64> = values.iter().map(|&v| !order_key(v)).collect();
+    if n < 64 {
+        let mut idx: Vec<u32> = (0..n as u32).collect();
+        idx.sort_by_key(|&i| (keys[i as usize], i));
+        return idx;
+    }
+    let mut counts = [[0u32; 256]; 8];
+    for &k in &keys {
+        for (d, c) in counts.iter_mut().enumerate() {
+            c[((k >> (8 * d)) & 0xFF) as usize] += 1;
+        }
+    }
+    let mut cur: Vec<(u64, u32)> = keys
         .iter()
         .enumerate()
-        .map(|(i, &v)| (!order_key(v), i as u32))
+        .map(|(i, &k)| (k, i as u32))
         .collect();
-    keyed.sort_unstable();
-    keyed.into_iter().map(|(_, i)| i).collect()
+    let mut next: Vec<(u64, u32)> = vec![(0, 0); n];
+    for (d, c) in counts.iter().enumerate() {
+        if c.iter().any(|&x| x as usize == n) {
+            continue; // every key has the same digit here
+        }
+        let mut offsets = [0u32; 256];
+        let mut total = 0;
+        for (o, &x) in offsets.iter_mut().zip(c.iter()) {
+            *o = total;
+            total += x;
+        }
+        for &(k, i) in &cur {
+            let b = ((k >> (8 * d)) & 0xFF) as usize;
+            next[offsets[b] as usize] = (k, i);
+            offsets[b] += 1;
+        }
+        std::mem::swap(&mut cur, &mut next);
+    }
+    cur.into_iter().map(|(_, i)| i).collect()
 }
 
 /// From a descending order: each element's descending midrank (1 = largest, ties averaged)
@@ -136,6 +170,38 @@ mod tests {
         midranks_from_order(&v, &order, &mut d, &mut g);
         assert_eq!(d, vec![1.5, 4.0, 1.5, 3.0]);
         assert_eq!(g, vec![2, 4, 2, 3]);
+    }
+
+    #[test]
+    fn radix_sort_matches_a_comparison_sort() {
+        let mut state = 12345u64;
+        let mut values: Vec<f64> = (0..5000)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let r = (state >> 33) as f64 / (1u64 << 31) as f64;
+                // heavy ties, negatives, zeros of both signs, float32-rounded values
+                match state % 5 {
+                    0 => 0.0,
+                    1 => -0.0,
+                    2 => (r * 10.0).floor() - 5.0,
+                    3 => (r as f32) as f64,
+                    _ => -r * 1e300,
+                }
+            })
+            .collect();
+        values.push(f64::MAX);
+        values.push(f64::MIN);
+        let got = sort_descending(&values);
+        let mut want: Vec<u32> = (0..values.len() as u32).collect();
+        want.sort_by(|&a, &b| {
+            values[b as usize]
+                .partial_cmp(&values[a as usize])
+                .unwrap()
+                .then(a.cmp(&b))
+        });
+        assert_eq!(got, want);
     }
 
     #[test]

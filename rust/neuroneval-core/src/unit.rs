@@ -87,7 +87,8 @@ impl UnitProfile {
 }
 
 /// The top-alpha set {i : a_i >= cut}, cut the ceil(alpha N)-th largest value; ties at the
-/// cut are all included (SPEC section 2). Uses the full order when one is at hand.
+/// cut are all included (SPEC section 2). Ascending inputs, so that every sum over the set
+/// runs in one order. Uses the full order when one is at hand.
 pub fn top_alpha_set(a: &[f64], alpha: f64, order: Option<&[u32]>) -> Vec<u32> {
     let n_top = top_count(alpha, a.len());
     let cut = match order {

@@ -171,7 +171,7 @@ fn score_matrix<'py>(
     });
     scores
         .into_iter()
-        .map(|s| Ok(s.into_pyarray(py).reshape([units, n_concepts])?))
+        .map(|s| s.into_pyarray(py).reshape([units, n_concepts]))
         .collect()
 }
 

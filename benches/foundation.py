@@ -1,0 +1,146 @@
+"""The foundation issue's figures at full size, once, as one markdown table.
+
+    python benches/foundation.py              # N = 50,000, K = 1,024, T = 1,000: ~1M pairs
+    python benches/foundation.py --units 256  # fewer units (K)
+    python benches/foundation.py --quick      # the small size of the pytest smoke runs
+
+Each measurement runs once (not through pytest-benchmark), against its named peer in the same
+run: scikit-learn's roc_auc_score / average_precision_score on a random sample of pairs for the
+rank metrics, numpy.matmul(A.T, C) in float64 and float32 for the product metrics and the full
+score call. Ratios are neuroneval's throughput over the peer's (above 1: neuroneval is faster).
+Progress goes to stderr, the table to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import neuroneval  # noqa: E402
+import numpy as np  # noqa: E402
+from _workload import (  # noqa: E402
+    FULL,
+    PRODUCT_METRICS,
+    RANK_METRICS,
+    RANK_PEERS,
+    SMALL,
+    Workload,
+    best_time,
+    fmt_bytes,
+    fmt_rate,
+    fmt_ratio,
+    make_workload,
+    product_reference,
+    rate,
+    sample_pairs,
+    score_in_child,
+    threads_line,
+    time_matmul,
+    time_rank_peer,
+    warm_up,
+    with_units,
+)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def rank_rows(w: Workload, pairs: np.ndarray, rounds: int) -> tuple[list[str], float]:
+    """Each rank metric over all pairs against scikit-learn on `pairs`; the largest difference."""
+    size, rows, worst = w.size, [], 0.0
+    for metric in RANK_METRICS:
+        log(f"{metric}: neuroneval, all pairs")
+        ours, seconds = best_time(
+            lambda m=metric: neuroneval.compute(w.activations, w.concepts, [m], alpha=size.alpha)[m], rounds
+        )
+        log(f"{metric}: scikit-learn, {len(pairs)} pairs")
+        peer, peer_seconds = time_rank_peer(metric, w, pairs, rounds)
+        worst = max(worst, float(np.max(np.abs(ours[pairs[:, 0], pairs[:, 1]] - peer))))
+        ours_rate, peer_rate = rate(size.pairs, seconds), rate(len(pairs), peer_seconds)
+        rows.append(
+            f"| {metric} | {fmt_rate(ours_rate)} | sklearn `{RANK_PEERS[metric][0]}` ({len(pairs)} pairs) "
+            f"| {fmt_rate(peer_rate)} | {fmt_ratio(ours_rate / peer_rate)} |"
+        )
+    return rows, worst
+
+
+def product_rows(w: Workload, matmul: dict[str, float], rounds: int) -> tuple[list[str], float]:
+    """Each product metric over all pairs against numpy.matmul; the largest difference from the
+    textbook formula on three pairs."""
+    size, rows, worst = w.size, [], 0.0
+    mm64, mm32 = rate(size.pairs, matmul["float64"]), rate(size.pairs, matmul["float32"])
+    check = sample_pairs(w, 3, seed=2)
+    for metric in PRODUCT_METRICS:
+        log(f"{metric}: neuroneval, all pairs")
+        ours, seconds = best_time(lambda m=metric: neuroneval.compute(w.activations, w.concepts, [m])[m], rounds)
+        for k, t in check:
+            expected = product_reference(metric, w.activations[:, k], w.concepts[:, t])
+            worst = max(worst, abs(float(ours[k, t]) - expected))
+        ours_rate = rate(size.pairs, seconds)
+        rows.append(
+            f"| {metric} | {fmt_rate(ours_rate)} | numpy matmul f64 / f32 | {fmt_rate(mm64)} / {fmt_rate(mm32)} "
+            f"| {fmt_ratio(ours_rate / mm64)} / {fmt_ratio(ours_rate / mm32)} |"
+        )
+    return rows, worst
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--units", type=int, default=None, help="number of units K (default 1,024)")
+    parser.add_argument("--quick", action="store_true", help="the small smoke size instead of the full one")
+    parser.add_argument("--peer-pairs", type=int, default=30, help="pairs the scikit-learn peer scores (default 30)")
+    args = parser.parse_args(argv)
+
+    size = SMALL if args.quick else FULL
+    if args.units is not None:
+        size = with_units(size, args.units)
+    rounds = 3 if args.quick else 1  # full-size calls take seconds: once is enough
+    started = time.perf_counter()
+    log(f"building the workload: {size.describe()}")
+    w = make_workload(size)
+    warm_up()
+    rows, worst_rank = rank_rows(w, sample_pairs(w, args.peer_pairs), rounds)
+    log("numpy.matmul(A.T, C), float64 and float32")
+    matmul = time_matmul(w, rounds=rounds)
+    more, worst_products = product_rows(w, matmul, rounds)
+    rows += more
+    del w  # the child builds its own copy
+
+    log(f"score with all {len(neuroneval.METRICS)} metrics, in a child process")
+    child = score_in_child(size)
+    mm64 = rate(size.pairs, matmul["float64"])
+    score_rate = rate(size.pairs, child["wall_s"])
+    in_out = child["input_bytes"] + child["output_bytes"]
+    rows.append(
+        f"| score, all {child['metrics']} metrics | {fmt_rate(score_rate)} | numpy matmul f64 "
+        f"| {fmt_rate(mm64)} | {fmt_ratio(score_rate / mm64)} |"
+    )
+
+    print(f"**Workload**: {size.describe()}.  ")
+    print(f"**Machine**: {threads_line()}.\n")
+    print("| metric | neuroneval pairs/s | peer | peer pairs/s | ratio |")
+    print("|---|---:|---|---:|---:|")
+    print("\n".join(rows))
+    print()
+    print(
+        f"**score call** ({child['metrics']} metrics, {child['rows']:,} rows): "
+        f"{child['wall_s']:.3g} s wall = {child['wall_s'] / matmul['float64']:.3g} float64 matmuls "
+        f"({matmul['float64']:.3g} s; float32 {matmul['float32']:.3g} s). "
+        f"Peak RSS {fmt_bytes(child['peak_rss_bytes'])} "
+        f"= {child['peak_rss_bytes'] / in_out:.2f} x (inputs {fmt_bytes(child['input_bytes'])} "
+        f"+ output table {fmt_bytes(child['output_bytes'])}); "
+        f"{fmt_bytes(child['rss_before_bytes'])} before the call (interpreter + inputs).  "
+    )
+    print(
+        f"Largest difference from the peers on the checked pairs: {max(worst_rank, worst_products):.1e}. "
+        f"Total run time {time.perf_counter() - started:.0f} s."
+    )
+
+
+if __name__ == "__main__":
+    main()

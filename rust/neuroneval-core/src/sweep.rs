@@ -1,0 +1,193 @@
+//! Sweeps over one unit's inputs that produce a sum for every concept at once.
+//!
+//! They read the concepts' entries by input (CSR) sequentially and add into short per-concept
+//! accumulators, instead of gathering the unit's values once per concept. Each sum adds the
+//! same terms in the same (ascending input) order as the pair kernel, so both paths give
+//! bit-identical results.
+
+use crate::concepts::{ConceptSet, LabelIndex, RowIndex};
+use crate::metric::Needs;
+use crate::pair::{clipped_log, finish_forward, ForwardSums, InverseSums, Products};
+use crate::unit::UnitProfile;
+
+/// Forward sums over the unit's top set, for every concept.
+pub fn forward(
+    unit: &UnitProfile,
+    set: &ConceptSet,
+    rows: &RowIndex,
+    needs: &Needs,
+) -> Vec<ForwardSums> {
+    let t = set.len();
+    let (mut tp, mut members) = (vec![0usize; t], vec![0usize; t]);
+    let (mut rank_sum, mut log_sum) = (vec![0.0; t], vec![0.0; t]);
+    let mut at_least: Vec<Vec<u32>> = if needs.forward_ap {
+        vec![Vec::new(); t]
+    } else {
+        Vec::new()
+    };
+    for &i in &unit.top {
+        let (s, e) = (rows.ptr[i as usize], rows.ptr[i as usize + 1]);
+        for j in s..e {
+            let c = rows.concept[j] as usize;
+            let v = rows.value[j];
+            members[c] += 1;
+            tp[c] += (v >= 0.5) as usize;
+            if needs.forward_rank_sum {
+                rank_sum[c] += rows.rank[j];
+            }
+            if needs.forward_log_sum {
+                log_sum[c] += clipped_log(v);
+            }
+            if needs.forward_ap {
+                at_least[c].push(rows.at_least[j]);
+            }
+        }
+    }
+    let (nb, n) = (unit.top.len(), unit.n());
+    let mut empty = Vec::new();
+    (0..t)
+        .map(|c| {
+            let list = if needs.forward_ap {
+                &mut at_least[c]
+            } else {
+                &mut empty
+            };
+            finish_forward(
+                tp[c],
+                members[c],
+                rank_sum[c],
+                log_sum[c],
+                list,
+                nb,
+                n,
+                &set.columns[c],
+                needs,
+            )
+        })
+        .collect()
+}
+
+/// Inverse sums over every concept's positive labels.
+pub fn inverse(
+    unit: &UnitProfile,
+    set: &ConceptSet,
+    labels: &LabelIndex,
+    needs: &Needs,
+) -> Vec<InverseSums> {
+    let t = set.len();
+    let n = unit.n();
+    let mid = (n as f64 + 1.0) / 2.0;
+    let mut out = vec![InverseSums::default(); t];
+    for i in 0..n {
+        let (s, e) = (labels.ptr[i], labels.ptr[i + 1]);
+        if s == e {
+            continue;
+        }
+        let (a, r) = (
+            unit.centred[i],
+            if needs.order {
+                unit.centred_rank[i] + mid
+            } else {
+                0.0
+            },
+        );
+        for &c in &labels.concept[s..e] {
+            let o = &mut out[c as usize];
+            o.centred_sum += a;
+            if needs.order {
+                o.rank_sum += r;
+            }
+        }
+    }
+    if needs.inverse_ap {
+        // Walk tie groups in descending activation: count each concept's positives in the
+        // group, then add cnt * TP / (group end) once per concept, as ap_with_tail does.
+        let (mut tp, mut in_group, mut ap) = (vec![0usize; t], vec![0usize; t], vec![0.0; t]);
+        let mut start = 0;
+        while start < n {
+            let end = unit.at_least[unit.order[start] as usize] as usize;
+            let group = &unit.order[start..end];
+            if group.len() == 1 {
+                // The common case: cnt = 1, so one pass adds 1 * TP / end per concept.
+                let i = group[0] as usize;
+                for &c in &labels.concept[labels.ptr[i]..labels.ptr[i + 1]] {
+                    let c = c as usize;
+                    tp[c] += 1;
+                    ap[c] += 1.0 * tp[c] as f64 / end as f64;
+                }
+                start = end;
+                continue;
+            }
+            for &i in group {
+                for &c in &labels.concept[labels.ptr[i as usize]..labels.ptr[i as usize + 1]] {
+                    tp[c as usize] += 1;
+                    in_group[c as usize] += 1;
+                }
+            }
+            for &i in group {
+                for &c in &labels.concept[labels.ptr[i as usize]..labels.ptr[i as usize + 1]] {
+                    let c = c as usize;
+                    if in_group[c] > 0 {
+                        ap[c] += in_group[c] as f64 * tp[c] as f64 / end as f64;
+                        in_group[c] = 0;
+                    }
+                }
+            }
+            start = end;
+        }
+        for (c, o) in out.iter_mut().enumerate() {
+            o.ap = finish_ap(ap[c], set.columns[c].n_positive());
+        }
+    }
+    out
+}
+
+/// AP sum / |y|, NaN without a positive label (the end of `ap_with_tail`).
+#[inline]
+fn finish_ap(sum: f64, n_pos: usize) -> f64 {
+    if n_pos == 0 {
+        f64::NAN
+    } else {
+        sum / n_pos as f64
+    }
+}
+
+/// Products over all inputs with every concept, from the concepts' nonzero entries.
+pub fn products(
+    unit: &UnitProfile,
+    set: &ConceptSet,
+    rows: &RowIndex,
+    needs: &Needs,
+) -> Vec<Products> {
+    let t = set.len();
+    let mut out = vec![Products::default(); t];
+    for i in 0..unit.n() {
+        let (s, e) = (rows.ptr[i], rows.ptr[i + 1]);
+        if s == e {
+            continue;
+        }
+        let (ac, a) = (unit.centred[i], unit.a[i]);
+        let ra = if needs.rank_products {
+            unit.centred_rank[i]
+        } else {
+            0.0
+        };
+        for j in s..e {
+            let c = rows.concept[j] as usize;
+            let o = &mut out[c];
+            if needs.products {
+                o.cov += ac * rows.value[j];
+                o.dot += a * rows.value[j];
+            }
+            if needs.rank_products {
+                o.rank_cov += ra * (rows.rank[j] - set.columns[c].zero_rank);
+            }
+        }
+    }
+    if needs.products {
+        for (o, col) in out.iter_mut().zip(&set.columns) {
+            o.cov -= col.mean * unit.centred_sum;
+        }
+    }
+    out
+}

@@ -1,0 +1,183 @@
+"""neuroneval.torch.capture against direct forward passes, and one real run of the demo."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+import neuroneval  # noqa: E402
+import polars as pl  # noqa: E402
+import torch  # noqa: E402
+from neuroneval import demo  # noqa: E402
+from neuroneval.errors import EmptyInputError, InvalidInputError, ParameterError, ShapeError  # noqa: E402
+from neuroneval.torch import capture  # noqa: E402
+from torch import nn  # noqa: E402
+
+
+def tiny_model() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(2, 3, 3, padding=1),  # "0": (N, 3, 5, 5)
+        nn.ReLU(),  # "1"
+        nn.Dropout(0.5),  # "2": random in training mode, identity in eval mode
+        nn.Flatten(),  # "3": (N, 75)
+        nn.Linear(75, 4),  # "4"
+    )
+
+
+def no_hooks(model: nn.Module) -> bool:
+    return all(not m._forward_hooks for m in model.modules())
+
+
+@pytest.fixture
+def data() -> torch.Tensor:
+    return torch.randn(11, 2, 5, 5, generator=torch.Generator().manual_seed(1))
+
+
+def test_capture_matches_a_direct_forward_pass(data: torch.Tensor) -> None:
+    model = tiny_model()
+    model.train()
+    # batch_size 4 over 11 inputs: three batches, the last one short.
+    got = capture(model, data, ["0", "1", "3", "4"], batch_size=4)
+    assert model.training, "the training flag must be restored"
+    assert no_hooks(model)
+    model.eval()
+    with torch.no_grad():
+        conv = model[0](data)
+        relu = torch.relu(conv)
+        out = model(data)
+    assert list(got) == ["0", "1", "3", "4"]
+    for a in got.values():
+        assert a.dtype == np.float32 and a.flags.c_contiguous and a.shape[0] == 11
+    np.testing.assert_allclose(got["0"], conv.mean(dim=(2, 3)).numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got["1"], relu.mean(dim=(2, 3)).numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got["3"], relu.reshape(11, -1).numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got["4"], out.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_capture_max_reduction_and_numpy_inputs(data: torch.Tensor) -> None:
+    model = tiny_model()
+    got = capture(model, data.numpy(), "0", reduce="max", batch_size=100)
+    with torch.no_grad():
+        expected = model[0](data).amax(dim=(2, 3)).numpy()
+    np.testing.assert_allclose(got["0"], expected, rtol=1e-6, atol=1e-6)
+    assert got["0"].shape == (11, 3)
+
+
+def test_capture_is_independent_of_batch_size(data: torch.Tensor) -> None:
+    model = tiny_model()
+    one = capture(model, data, ["1", "4"], batch_size=1)
+    all_ = capture(model, data, ["1", "4"], batch_size=256)
+    for name in one:
+        np.testing.assert_allclose(one[name], all_[name], rtol=1e-5, atol=1e-6)
+
+
+def test_capture_errors_name_the_problem_and_remove_hooks(data: torch.Tensor) -> None:
+    model = tiny_model()
+    with pytest.raises(ParameterError, match="no module named 'nope'"):
+        capture(model, data, ["0", "nope"])
+    with pytest.raises(ParameterError, match="reduce"):
+        capture(model, data, "0", reduce="median")  # type: ignore[arg-type]
+    with pytest.raises(ParameterError, match="batch_size"):
+        capture(model, data, "0", batch_size=0)
+    with pytest.raises(EmptyInputError):
+        capture(model, data, [])
+    with pytest.raises(EmptyInputError):
+        capture(model, data[:0], "0")
+    assert issubclass(ParameterError, InvalidInputError) and issubclass(ShapeError, InvalidInputError)
+    # A failure inside the forward pass (wrong channel count): hooks still removed, mode restored.
+    model.train()
+    with pytest.raises(RuntimeError):
+        capture(model, torch.randn(3, 5, 5, 5), ["0", "4"])
+    assert no_hooks(model) and model.training
+
+
+def test_capture_rejects_a_layer_that_runs_twice() -> None:
+    relu = nn.ReLU()
+    model = nn.Sequential(relu, nn.Linear(3, 3), relu)
+    with pytest.raises(ParameterError, match="ran 2 times"):
+        capture(model, torch.randn(4, 3), "0")
+    assert no_hooks(model)
+
+
+def test_importing_neuroneval_does_not_import_torch() -> None:
+    code = "import sys, neuroneval, neuroneval.metrics; assert 'torch' not in sys.modules, 'torch was imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("demo")
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert demo.main(["--out", str(out)]) == 0
+    return out, buffer.getvalue()
+
+
+def test_demo_writes_one_row_per_unit_and_concept(demo_run: tuple[Path, str]) -> None:
+    out, printed = demo_run
+    path = out / "scores.parquet"
+    assert path.is_file()
+    assert not [p for p in out.iterdir() if p.name != "scores.parquet"], "temporary files left behind"
+    table = pl.read_parquet(path)
+    assert table.columns == ["layer", "unit", "concept", *neuroneval.METRICS]
+    for metric in neuroneval.METRICS:
+        assert table.schema[metric] == pl.Float64
+    units = {"conv1": 16, "conv2": 32, "fc1": 64, "class": 10}
+    per_layer = dict(table.group_by("layer").len().iter_rows())
+    assert per_layer == {layer: k * len(demo.CONCEPT_NAMES) for layer, k in units.items()}
+    for layer in units:
+        pairs = table.filter(pl.col("layer") == layer).select("unit", "concept")
+        assert pairs.n_unique() == pairs.height
+        assert set(pairs["concept"]) == set(demo.CONCEPT_NAMES)
+    assert f"{table.height} rows" in printed
+    assert len(printed.splitlines()) < 60
+
+
+def test_demo_class_units_find_their_digit(demo_run: tuple[Path, str]) -> None:
+    out, printed = demo_run
+    table = pl.read_parquet(out / "scores.parquet").filter(pl.col("layer") == "class")
+    assert table.height == 10 * len(demo.CONCEPT_NAMES)
+    # Rows come unit-major in CONCEPT_NAMES order; check that rather than assume it.
+    assert table["concept"].to_list() == list(demo.CONCEPT_NAMES) * 10
+    assert table["unit"].to_list() == [f"class[{k}]" for k in range(10) for _ in demo.CONCEPT_NAMES]
+    corr = table["correlation"].to_numpy().reshape(10, len(demo.CONCEPT_NAMES))
+    best = np.argmax(np.where(np.isnan(corr), -np.inf, corr), axis=1)
+    assert (best == np.arange(10)).sum() >= 9, best
+    assert "probe accuracy" in printed
+    accuracy = float(printed.split("probe accuracy ")[1].split("%")[0])
+    assert accuracy > 90.0
+    # The printed meta-AUPRC lines agree with meta_auprc on the written scores.
+    meta = neuroneval.meta_auprc(corr, np.arange(10)).value
+    lines = {}
+    for ln in printed.splitlines():
+        tokens = ln.split()
+        passing = tokens[:1] == ["*"]
+        tokens = tokens[1:] if passing else tokens
+        if tokens and tokens[0] in neuroneval.METRICS:
+            lines[tokens[0]] = (passing, tokens)
+    assert set(lines) == set(neuroneval.METRICS)
+    assert {m for m, (passing, _) in lines.items() if passing} == set(neuroneval.PASSING_METRICS)
+    assert float(lines["correlation"][1][1]) == pytest.approx(meta, abs=5e-4)
+    assert lines["correlation"][1][2] == f"{(best == np.arange(10)).sum()}/10"
+
+
+def test_concepts_for_and_own_concept_first() -> None:
+    c = demo.concepts_for([2, 7, 8, 1], [1.0, 4.0, 3.0, 2.0])
+    names = demo.CONCEPT_NAMES
+    assert c.dtype == np.float64 and c.shape == (4, len(names))
+    row = dict(zip(names, c[0], strict=True))
+    assert row["digit 2"] == 1 and row["even"] == 1 and row["prime"] == 1 and row["closed loop"] == 0
+    assert c[:, names.index("heavy ink")].tolist() == [0, 1, 1, 0]
+    assert c[:, :10].sum(axis=1).tolist() == [1, 1, 1, 1]
+    s = np.array([[np.nan, 0.1], [0.2, 0.2], [0.0, np.nan]])
+    assert demo.own_concept_first(s, [0, 1, 0]) == (1, 1)
