@@ -62,7 +62,7 @@ class Size:
         )
 
 
-SMALL = Size("small", n=5_000, k=64, t=100, peer_pairs=20, rounds=5)
+SMALL = Size("small", n=5_000, k=64, t=100, peer_pairs=20, rounds=20)
 FULL = Size("full", n=50_000, k=1_024, t=1_000, peer_pairs=50, rounds=1)
 
 
@@ -196,8 +196,8 @@ def product_reference(metric: str, a: np.ndarray, c: np.ndarray) -> float:
 
 def score_in_child(size: Size, timeout: float = 900.0) -> dict[str, Any]:
     """Run one `neuroneval.score` call with every metric in a fresh process (_score_child.py)
-    and return its figures: wall_s, peak_rss_bytes (ru_maxrss right after the call),
-    rss_before_bytes (ru_maxrss once the inputs exist), input_bytes, output_bytes, rows, columns."""
+    and return its figures: wall_s, peak_rss_bytes (the process's peak right after the call),
+    rss_before_bytes (its peak once the inputs exist), input_bytes, output_bytes, rows, columns."""
     spec = {
         "n": size.n,
         "k": size.k,
@@ -270,7 +270,7 @@ def run_benchmark(benchmark: Any, fn: Callable[[], Any], rounds: int) -> tuple[A
         times.append(time.perf_counter() - t0)
         return out
 
-    result = benchmark.pedantic(timed, rounds=rounds, iterations=1, warmup_rounds=0)
+    result = benchmark.pedantic(timed, rounds=rounds, iterations=1, warmup_rounds=1 if rounds > 1 else 0)
     return result, min(times)
 
 

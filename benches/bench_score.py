@@ -1,7 +1,7 @@
 """One neuroneval.score call with all 24 metrics: wall time and peak memory.
 
 The wall time is measured here (pytest-benchmark) and the peak resident memory in a fresh
-child process (_score_child.py, ru_maxrss right after the call). Reported: the peak over
+child process (_score_child.py, VmHWM right after the call). Reported: the peak over
 input bytes (the float32 workload) plus output bytes (the returned table), and the call's
 time against the named peer, one numpy.matmul(A.T, C) in float64 of the same shapes
 (timed in this run), as a throughput ratio and as "costs this many matmuls".

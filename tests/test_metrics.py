@@ -742,6 +742,16 @@ def test_correlation_and_cosine_scale_invariant(scale: float) -> None:
         assert_allclose(scaled[m], base[m], rtol=1e-10, err_msg=f"{m} at scale {scale}")
 
 
+def test_correlation_with_tiny_concept_probabilities() -> None:
+    # A soft concept from a sigmoid can hold values like exp(-450); c = [0, 8e-198] is not
+    # constant, so its Pearson r with a = [-2, -0.5] is exactly 1 (scipy agrees), not NaN.
+    a = np.array([[-2.0], [-0.5], [-1.0]])
+    c = np.array([[0.0], [8.12161423e-198], [4.0e-198]])
+    got = neuroneval.compute(a, c, ["correlation", "cosine"])
+    assert_allclose(got["correlation"], [[ref_pearson(a[:, 0], c[:, 0])]], rtol=1e-10)
+    assert_allclose(got["cosine"], [[ref_cosine(a[:, 0] * 1e-100, c[:, 0] * 1e100)]], rtol=1e-10)
+
+
 # ---------------------------------------------------------------------------------------------
 # Hypothesis: ranges and the reference on small random inputs.
 # ---------------------------------------------------------------------------------------------
@@ -764,7 +774,9 @@ def small_problem(draw: Any) -> tuple[np.ndarray, np.ndarray, float]:
     elif kind == "soft":
         c = np.array(draw(st.lists(st.sampled_from(SOFT_VALUES), min_size=size, max_size=size)))
     else:
-        c = np.array(draw(st.lists(st.floats(0.0, 1.0), min_size=size, max_size=size)))
+        # Probabilities at realistic magnitudes; tiny ones are pinned by the extreme-magnitude tests.
+        prob = st.one_of(st.just(0.0), st.floats(1e-12, 1.0))
+        c = np.array(draw(st.lists(prob, min_size=size, max_size=size)))
     alpha = draw(
         st.one_of(
             st.floats(0.0, 1.0, exclude_min=True, allow_subnormal=False),

@@ -36,6 +36,8 @@ def as_matrix(x: Any, name: str) -> npt.NDArray[np.floating[Any]]:
             f"{name} must be 2-D (inputs x columns); got shape {arr.shape}"
             + ("; use x[:, None] for a single column" if arr.ndim == 1 else "")
         )
+    if arr.dtype.byteorder not in "=|":
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     if arr.dtype == np.float16:
         arr = arr.astype(np.float32)
     elif arr.dtype.kind in "biu":
@@ -44,8 +46,6 @@ def as_matrix(x: Any, name: str) -> npt.NDArray[np.floating[Any]]:
         raise DTypeError(f"{name} has dtype {arr.dtype}; expected a real floating, integer or bool dtype")
     if any(s < 0 for s in arr.strides) or any(s % arr.itemsize for s in arr.strides):
         arr = np.ascontiguousarray(arr)
-    if arr.dtype.byteorder not in "=|":
-        arr = arr.astype(arr.dtype.newbyteorder("="))
     return arr
 
 

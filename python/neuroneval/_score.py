@@ -105,8 +105,8 @@ def _compute(
     pairs: Any,
 ) -> dict[str, Array]:
     names = _metric_list(metrics)
-    if int(k) < 1:
-        raise ParameterError(f"k must be at least 1; got {k}")
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 1 <= k < 2**63:
+        raise ParameterError(f"k must be an integer in [1, 2^63); got {k!r}")
     args = (names, float(alpha), float(lam), int(k), float(top_alpha), _seed(seed))
     if pairs is None:
         values = _core.score_matrix(acts, conc, *args)

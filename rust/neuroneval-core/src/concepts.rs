@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use crate::error::{CoreError, Result};
 use crate::matrix::{Element, MatrixView};
-use crate::ranks::{midranks_from_order, sort_descending};
+use crate::ranks::{midranks_from_order, robust_norm, sort_descending};
 
 /// Above this fraction of nonzero concept entries, products run as dense matrix products.
 pub const DENSE_PRODUCT_DENSITY: f64 = 0.05;
@@ -34,12 +34,12 @@ pub struct ConceptColumn {
     pub zero_rank: f64,
     pub sum: f64,
     pub mean: f64,
-    /// sum (c - mean)^2, exactly 0 for a constant column.
-    pub centred_sq_sum: f64,
-    /// sum c^2.
-    pub sq_norm: f64,
-    /// sum (rank - (N+1)/2)^2, exactly 0 for a constant column.
-    pub rank_centred_sq_sum: f64,
+    /// ||c - mean||, exactly 0 for a constant column.
+    pub centred_norm: f64,
+    /// ||c||.
+    pub norm: f64,
+    /// ||rank - (N+1)/2||, exactly 0 for a constant column.
+    pub rank_centred_norm: f64,
 }
 
 impl ConceptColumn {
@@ -62,7 +62,7 @@ impl ConceptColumn {
         col.zero_rank = (col.n_zero as f64 + 1.0) / 2.0;
         col.sum = col.nz_value.iter().sum();
         col.mean = col.sum / n as f64;
-        col.sq_norm = col.nz_value.iter().map(|v| v * v).sum();
+        col.norm = robust_norm(col.nz_value.iter().copied(), 0.0, 0);
 
         // Ranks of the nonzero entries: one descending sort, then midranks above the zero group.
         let order = sort_descending(&col.nz_value);
@@ -76,16 +76,13 @@ impl ConceptColumn {
             nnz == 0 || (col.n_zero == 0 && col.nz_value.iter().all(|&v| v == col.nz_value[0]));
         if !constant {
             let m = col.mean;
-            col.centred_sq_sum = col.n_zero as f64 * m * m
-                + col.nz_value.iter().map(|v| (v - m) * (v - m)).sum::<f64>();
+            col.centred_norm = robust_norm(col.nz_value.iter().map(|v| v - m), -m, col.n_zero);
             let mid = (n as f64 + 1.0) / 2.0;
-            let dz = col.zero_rank - mid;
-            col.rank_centred_sq_sum = col.n_zero as f64 * dz * dz
-                + col
-                    .nz_rank
-                    .iter()
-                    .map(|r| (r - mid) * (r - mid))
-                    .sum::<f64>();
+            col.rank_centred_norm = robust_norm(
+                col.nz_rank.iter().map(|r| r - mid),
+                col.zero_rank - mid,
+                col.n_zero,
+            );
         }
         col
     }
@@ -235,15 +232,33 @@ impl ConceptSet {
             .map(|block| {
                 let mut index: Vec<Vec<u32>> = vec![Vec::new(); block.len()];
                 let mut value: Vec<Vec<f64>> = vec![Vec::new(); block.len()];
+                // A block of consecutive columns of a row-major matrix is one slice per row.
+                let consecutive = block.windows(2).all(|w| w[1] == w[0] + 1);
+                let span = block[0]..block[block.len() - 1] + 1;
                 for i in 0..n {
-                    for (j, &c) in block.iter().enumerate() {
-                        let v = concepts.get(i, c);
+                    let mut keep = |j: usize, v: f64| -> Result<()> {
                         if v != 0.0 {
                             if !(0.0..=1.0).contains(&v) {
-                                return Err(bad_concept(i, c, v));
+                                return Err(bad_concept(i, block[j], v));
                             }
                             index[j].push(i as u32);
                             value[j].push(v);
+                        }
+                        Ok(())
+                    };
+                    match concepts
+                        .row_segment(i, span.clone())
+                        .filter(|_| consecutive)
+                    {
+                        Some(row) => {
+                            for (j, &v) in row.iter().enumerate() {
+                                keep(j, v.to_f64())?;
+                            }
+                        }
+                        None => {
+                            for (j, &c) in block.iter().enumerate() {
+                                keep(j, concepts.get(i, c))?;
+                            }
                         }
                     }
                 }

@@ -92,6 +92,15 @@ impl<'a, E: Element> MatrixView<'a, E> {
         self.cols
     }
 
+    /// Elements (row, cols.start..cols.end) as a slice, when rows are contiguous.
+    #[inline]
+    pub fn row_segment(&self, row: usize, cols: std::ops::Range<usize>) -> Option<&'a [E]> {
+        (self.col_stride == 1 && cols.end <= self.cols).then(|| {
+            let base = row * self.row_stride;
+            &self.data[base + cols.start..base + cols.end]
+        })
+    }
+
     /// The element itself, without widening.
     #[inline(always)]
     pub fn get_raw(&self, row: usize, col: usize) -> E {
@@ -107,6 +116,18 @@ impl<'a, E: Element> MatrixView<'a, E> {
     /// Walks rows in order so that a row-major source is read sequentially.
     pub fn columns_into(&self, cols: &[usize], out: &mut [f64]) {
         debug_assert_eq!(out.len(), cols.len() * self.rows);
+        let consecutive = !cols.is_empty() && cols.windows(2).all(|w| w[1] == w[0] + 1);
+        if consecutive && self.col_stride == 1 {
+            let span = cols[0]..cols[cols.len() - 1] + 1;
+            for i in 0..self.rows {
+                if let Some(row) = self.row_segment(i, span.clone()) {
+                    for (j, &v) in row.iter().enumerate() {
+                        out[j * self.rows + i] = v.to_f64();
+                    }
+                }
+            }
+            return;
+        }
         for i in 0..self.rows {
             let base = i * self.row_stride;
             for (j, &c) in cols.iter().enumerate() {
@@ -118,6 +139,17 @@ impl<'a, E: Element> MatrixView<'a, E> {
     /// The first non-finite value of the listed columns in row-major order, as an error
     /// naming its row and column.
     pub fn check_finite(&self, what: &'static str, columns: &[usize]) -> Result<()> {
+        let consecutive = !columns.is_empty() && columns.windows(2).all(|w| w[1] == w[0] + 1);
+        if consecutive && self.col_stride == 1 {
+            let span = columns[0]..columns[columns.len() - 1] + 1;
+            let all_finite = (0..self.rows).all(|i| {
+                self.row_segment(i, span.clone())
+                    .is_some_and(|row| row.iter().all(|v| v.to_f64().is_finite()))
+            });
+            if all_finite {
+                return Ok(());
+            }
+        }
         for i in 0..self.rows {
             for &j in columns {
                 let v = self.get(i, j);

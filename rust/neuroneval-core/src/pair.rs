@@ -5,7 +5,7 @@
 
 use crate::concepts::ConceptColumn;
 use crate::metric::{harmonic, Metric, Needs, Params};
-use crate::ranks::{ap_with_tail, auc_from_rank_sum};
+use crate::ranks::{ap_with_tail, auc_from_rank_sum, robust_norm};
 use crate::unit::{midranks, UnitProfile};
 
 /// log(max(c, 1e-8)) clips empty concepts as the reference implementation does.
@@ -85,27 +85,29 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
-/// Pearson r of two equally long vectors (two passes), clipped to [-1, 1]; NaN on zero variance.
+/// Pearson r of two equally long vectors (centred first), clipped to [-1, 1]; NaN when
+/// either is constant.
 pub fn pearson(x: &[f64], y: &[f64]) -> f64 {
-    let n = x.len() as f64;
-    let mx = x.iter().sum::<f64>() / n;
-    let my = y.iter().sum::<f64>() / n;
-    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
-    for (a, b) in x.iter().zip(y) {
-        let (dx, dy) = (a - mx, b - my);
-        sxy += dx * dy;
-        sxx += dx * dx;
-        syy += dy * dy;
-    }
     if x.iter().all(|&v| v == x[0]) || y.iter().all(|&v| v == y[0]) {
         return f64::NAN;
     }
-    correlation_from(sxy, sxx * syy)
+    let n = x.len() as f64;
+    let mx = x.iter().sum::<f64>() / n;
+    let my = y.iter().sum::<f64>() / n;
+    let sxy: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let nx = robust_norm(x.iter().map(|v| v - mx), 0.0, 0);
+    let ny = robust_norm(y.iter().map(|v| v - my), 0.0, 0);
+    correlation_from(sxy, nx, ny)
 }
 
+/// cov / (norm_x norm_y), divided in two steps so neither product over- or underflows;
+/// NaN when a norm is 0 (SPEC section 1).
 #[inline]
-fn correlation_from(cov: f64, sq_denominator: f64) -> f64 {
-    ratio(cov, sq_denominator.sqrt()).clamp(-1.0, 1.0)
+fn correlation_from(cov: f64, norm_x: f64, norm_y: f64) -> f64 {
+    if norm_x == 0.0 || norm_y == 0.0 {
+        return f64::NAN;
+    }
+    (cov / norm_x / norm_y).clamp(-1.0, 1.0)
 }
 
 impl PairKernel {
@@ -332,11 +334,12 @@ fn value(
         ),
         Auprc => s.fwd.ap,
         InverseAuprc => s.inv.ap,
-        Correlation => correlation_from(s.products.cov, unit.centred_sq_sum * col.centred_sq_sum),
-        Cosine => correlation_from(s.products.dot, unit.sq_norm * col.sq_norm),
+        Correlation => correlation_from(s.products.cov, unit.centred_norm, col.centred_norm),
+        Cosine => correlation_from(s.products.dot, unit.norm, col.norm),
         Spearman => correlation_from(
             s.products.rank_cov,
-            unit.centred_rank_sq_sum * col.rank_centred_sq_sum,
+            unit.centred_rank_norm,
+            col.rank_centred_norm,
         ),
         Wpmi => {
             if col.mean == 0.0 {

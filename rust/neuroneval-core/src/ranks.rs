@@ -12,6 +12,27 @@ fn order_key(v: f64) -> u64 {
     }
 }
 
+/// The Euclidean norm of `values` plus `extra_count` copies of `extra`, without overflow or
+/// underflow of the squares: the terms are scaled by a power of two (exact) near their
+/// largest magnitude.
+pub fn robust_norm(
+    values: impl Iterator<Item = f64> + Clone,
+    extra: f64,
+    extra_count: usize,
+) -> f64 {
+    let mut max = values.clone().fold(0.0f64, |m, v| m.max(v.abs()));
+    if extra_count > 0 {
+        max = max.max(extra.abs());
+    }
+    if max == 0.0 || !max.is_finite() {
+        return max;
+    }
+    let scale = 2f64.powi(max.log2().floor() as i32);
+    let e = extra / scale;
+    let sum = values.map(|v| (v / scale) * (v / scale)).sum::<f64>() + extra_count as f64 * e * e;
+    sum.sqrt() * scale
+}
+
 /// Indices sorted by value descending, ties by index ascending (so the order is unique).
 ///
 /// An LSD radix sort on 8-bit digits of the order key: stable, so ties keep index order.

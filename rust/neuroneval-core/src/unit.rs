@@ -1,7 +1,7 @@
 //! Per-unit transforms: computed once per unit, shared by all of its concepts and metrics.
 
 use crate::metric::{top_count, Needs, Params};
-use crate::ranks::{midranks_from_order, sort_descending};
+use crate::ranks::{midranks_from_order, robust_norm, sort_descending};
 use crate::rng::SplitMix64;
 
 /// What the pair kernels read about one unit a_k.
@@ -13,11 +13,12 @@ pub struct UnitProfile {
     pub centred: Vec<f64>,
     /// sum of `centred` (0 up to rounding; kept so products stay exact).
     pub centred_sum: f64,
-    pub centred_sq_sum: f64,
-    pub sq_norm: f64,
+    /// ||a - mean|| and ||a||.
+    pub centred_norm: f64,
+    pub norm: f64,
     /// Ascending midranks minus (N+1)/2 (present when `Needs::order`).
     pub centred_rank: Vec<f64>,
-    pub centred_rank_sq_sum: f64,
+    pub centred_rank_norm: f64,
     /// #{j : a_j >= a_i} (present when `Needs::order`).
     pub at_least: Vec<u32>,
     /// Descending order, ties by index (present when `Needs::order`).
@@ -48,8 +49,8 @@ impl UnitProfile {
             a.iter().map(|v| v - p.mean).collect()
         };
         p.centred_sum = p.centred.iter().sum();
-        p.centred_sq_sum = p.centred.iter().map(|v| v * v).sum();
-        p.sq_norm = a.iter().map(|v| v * v).sum();
+        p.centred_norm = robust_norm(p.centred.iter().copied(), 0.0, 0);
+        p.norm = robust_norm(a.iter().copied(), 0.0, 0);
 
         if needs.order {
             p.order = sort_descending(&a);
@@ -59,7 +60,7 @@ impl UnitProfile {
             // ascending rank = N + 1 - descending rank; centred by (N + 1) / 2
             let mid = (n as f64 + 1.0) / 2.0;
             p.centred_rank = desc.iter().map(|d| mid - d).collect();
-            p.centred_rank_sq_sum = p.centred_rank.iter().map(|v| v * v).sum();
+            p.centred_rank_norm = robust_norm(p.centred_rank.iter().copied(), 0.0, 0);
         }
         if needs.top_set {
             p.top = top_alpha_set(
