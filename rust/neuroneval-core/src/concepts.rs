@@ -14,7 +14,7 @@ use crate::ranks::{midranks_from_order, robust_norm, sort_descending};
 pub const DENSE_PRODUCT_DENSITY: f64 = 0.05;
 
 /// Concepts processed together when transposing the input.
-const CONCEPT_BLOCK: usize = 64;
+const CONCEPT_BLOCK: usize = 256;
 
 /// One concept column c_t.
 #[derive(Debug, Clone, Default)]
@@ -118,13 +118,15 @@ pub struct ConceptSet {
 }
 
 /// Concept entries grouped by input (CSR): entries of row i at ptr[i]..ptr[i+1],
-/// concepts ascending, each with the column's value, midrank and threshold size.
+/// concepts ascending, each with the column's value, midrank (also less the column's zero
+/// midrank, as the products use it) and threshold size.
 #[derive(Debug, Default)]
 pub struct RowIndex {
     pub ptr: Vec<usize>,
     pub concept: Vec<u32>,
     pub value: Vec<f64>,
     pub rank: Vec<f64>,
+    pub rank_above_zero: Vec<f64>,
     pub at_least: Vec<u32>,
 }
 
@@ -156,6 +158,7 @@ impl RowIndex {
             concept: vec![0; nnz],
             value: vec![0.0; nnz],
             rank: vec![0.0; nnz],
+            rank_above_zero: vec![0.0; nnz],
             at_least: vec![0; nnz],
             ptr: Vec::new(),
         };
@@ -166,6 +169,7 @@ impl RowIndex {
                 r.concept[e] = t as u32;
                 r.value[e] = col.nz_value[j];
                 r.rank[e] = col.nz_rank[j];
+                r.rank_above_zero[e] = col.nz_rank[j] - col.zero_rank;
                 r.at_least[e] = col.nz_at_least[j];
             }
         }
@@ -236,28 +240,39 @@ impl ConceptSet {
                 let consecutive = block.windows(2).all(|w| w[1] == w[0] + 1);
                 let span = block[0]..block[block.len() - 1] + 1;
                 for i in 0..n {
-                    let mut keep = |j: usize, v: f64| -> Result<()> {
-                        if v != 0.0 {
-                            if !(0.0..=1.0).contains(&v) {
-                                return Err(bad_concept(i, block[j], v));
-                            }
-                            index[j].push(i as u32);
-                            value[j].push(v);
-                        }
-                        Ok(())
-                    };
                     match concepts
                         .row_segment(i, span.clone())
                         .filter(|_| consecutive)
                     {
                         Some(row) => {
-                            for (j, &v) in row.iter().enumerate() {
-                                keep(j, v.to_f64())?;
+                            // Concepts are mostly 0: skip all-zero runs with a branch-free test.
+                            for (r, run) in row.chunks(16).enumerate() {
+                                if run.iter().map(|v| (v.to_f64() != 0.0) as u32).sum::<u32>() == 0
+                                {
+                                    continue;
+                                }
+                                for (jj, &v) in run.iter().enumerate() {
+                                    let (j, v) = (r * 16 + jj, v.to_f64());
+                                    if v != 0.0 {
+                                        if !(0.0..=1.0).contains(&v) {
+                                            return Err(bad_concept(i, block[j], v));
+                                        }
+                                        index[j].push(i as u32);
+                                        value[j].push(v);
+                                    }
+                                }
                             }
                         }
                         None => {
                             for (j, &c) in block.iter().enumerate() {
-                                keep(j, concepts.get(i, c))?;
+                                let v = concepts.get(i, c);
+                                if v != 0.0 {
+                                    if !(0.0..=1.0).contains(&v) {
+                                        return Err(bad_concept(i, c, v));
+                                    }
+                                    index[j].push(i as u32);
+                                    value[j].push(v);
+                                }
                             }
                         }
                     }

@@ -118,11 +118,15 @@ impl<'a, E: Element> MatrixView<'a, E> {
         debug_assert_eq!(out.len(), cols.len() * self.rows);
         let consecutive = !cols.is_empty() && cols.windows(2).all(|w| w[1] == w[0] + 1);
         if consecutive && self.col_stride == 1 {
+            // Tiles of 64 rows: the tile's row segments stay in L1 while each column's 64
+            // outputs are written contiguously.
             let span = cols[0]..cols[cols.len() - 1] + 1;
-            for i in 0..self.rows {
-                if let Some(row) = self.row_segment(i, span.clone()) {
-                    for (j, &v) in row.iter().enumerate() {
-                        out[j * self.rows + i] = v.to_f64();
+            for start in (0..self.rows).step_by(64) {
+                let end = (start + 64).min(self.rows);
+                for j in 0..cols.len() {
+                    let dst = &mut out[j * self.rows + start..j * self.rows + end];
+                    for (d, i) in dst.iter_mut().zip(start..end) {
+                        *d = self.data[i * self.row_stride + span.start + j].to_f64();
                     }
                 }
             }

@@ -12,9 +12,15 @@ fn order_key(v: f64) -> u64 {
     }
 }
 
+/// A power of two near `max_abs`, so that dividing by it is exact and squares stay in range.
+#[inline]
+fn norm_scale(max_abs: f64) -> f64 {
+    2f64.powi(max_abs.log2().floor() as i32)
+}
+
 /// The Euclidean norm of `values` plus `extra_count` copies of `extra`, without overflow or
-/// underflow of the squares: the terms are scaled by a power of two (exact) near their
-/// largest magnitude.
+/// underflow of the squares: the terms are scaled by a power of two near their largest
+/// magnitude (exact).
 pub fn robust_norm(
     values: impl Iterator<Item = f64> + Clone,
     extra: f64,
@@ -27,38 +33,124 @@ pub fn robust_norm(
     if max == 0.0 || !max.is_finite() {
         return max;
     }
-    let scale = 2f64.powi(max.log2().floor() as i32);
-    let e = extra / scale;
-    let sum = values.map(|v| (v / scale) * (v / scale)).sum::<f64>() + extra_count as f64 * e * e;
+    let scale = norm_scale(max);
+    let inv = 1.0 / scale;
+    let e = extra * inv;
+    let sum = values.map(|v| (v * inv) * (v * inv)).sum::<f64>() + extra_count as f64 * e * e;
     sum.sqrt() * scale
+}
+
+/// [`robust_norm`] of a long slice, with the sums in eight lanes (vectorised).
+pub fn robust_norm_slice(values: &[f64]) -> f64 {
+    let max = lanes(values, 0.0, |acc, v| acc.max(v.abs()), f64::max);
+    if max == 0.0 || !max.is_finite() {
+        return max;
+    }
+    let scale = norm_scale(max);
+    let inv = 1.0 / scale;
+    lanes(
+        values,
+        0.0,
+        |acc, v| acc + (v * inv) * (v * inv),
+        |a, b| a + b,
+    )
+    .sqrt()
+        * scale
+}
+
+/// The sum of a long slice in eight lanes: a fixed order, independent of threads.
+pub fn lane_sum(values: &[f64]) -> f64 {
+    lanes(values, 0.0, |acc, v| acc + v, |a, b| a + b)
+}
+
+/// Folds `values` into eight interleaved accumulators, then combines them pairwise.
+#[inline(always)]
+fn lanes(
+    values: &[f64],
+    init: f64,
+    step: impl Fn(f64, f64) -> f64,
+    combine: impl Fn(f64, f64) -> f64,
+) -> f64 {
+    let mut acc = [init; 8];
+    let mut chunks = values.chunks_exact(8);
+    for c in &mut chunks {
+        for j in 0..8 {
+            acc[j] = step(acc[j], c[j]);
+        }
+    }
+    for (j, &v) in chunks.remainder().iter().enumerate() {
+        acc[j] = step(acc[j], v);
+    }
+    let q = [
+        combine(acc[0], acc[4]),
+        combine(acc[1], acc[5]),
+        combine(acc[2], acc[6]),
+        combine(acc[3], acc[7]),
+    ];
+    combine(combine(q[0], q[2]), combine(q[1], q[3]))
 }
 
 /// Indices sorted by value descending, ties by index ascending (so the order is unique).
 ///
-/// An LSD radix sort on 8-bit digits of the order key: stable, so ties keep index order.
-/// Digits on which every key agrees are skipped, which drops most passes for activations
-/// that were float32 (their low 29 mantissa bits are zero) or small integers.
+/// An LSD radix sort on 8-bit digits of an order key: stable, so ties keep index order.
+/// Values that are all exact float32 (activations usually are) sort by a 32-bit key packed
+/// with the index into one u64, halving the data moved; digits on which every key agrees
+/// are skipped.
 pub fn sort_descending(values: &[f64]) -> Vec<u32> {
     let n = values.len();
-    let keys: Vec<u64> = values.iter().map(|&v| !order_key(v)).collect();
     if n < 64 {
         let mut idx: Vec<u32> = (0..n as u32).collect();
-        idx.sort_by_key(|&i| (keys[i as usize], i));
+        idx.sort_by_key(|&i| (!order_key(values[i as usize]), i));
         return idx;
     }
-    let mut counts = [[0u32; 256]; 8];
-    for &k in &keys {
-        for (d, c) in counts.iter_mut().enumerate() {
-            c[((k >> (8 * d)) & 0xFF) as usize] += 1;
-        }
+    if values.iter().all(|&v| (v as f32) as f64 == v) {
+        // key in the high 32 bits, index in the low 32: sorting by the high bytes only
+        let mut packed: Vec<u64> = values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| ((!order_key_f32(v as f32) as u64) << 32) | i as u64)
+            .collect();
+        radix_sort_bytes(&mut packed, 4..8, |x| x);
+        return packed.into_iter().map(|x| x as u32).collect();
     }
-    let mut cur: Vec<(u64, u32)> = keys
+    let mut keyed: Vec<(u64, u32)> = values
         .iter()
         .enumerate()
-        .map(|(i, &k)| (k, i as u32))
+        .map(|(i, &v)| (!order_key(v), i as u32))
         .collect();
-    let mut next: Vec<(u64, u32)> = vec![(0, 0); n];
-    for (d, c) in counts.iter().enumerate() {
+    radix_sort_bytes(&mut keyed, 0..8, |x| x.0);
+    keyed.into_iter().map(|(_, i)| i).collect()
+}
+
+/// The f32 analogue of [`order_key`].
+#[inline(always)]
+fn order_key_f32(v: f32) -> u32 {
+    let v = if v == 0.0 { 0.0 } else { v };
+    let bits = v.to_bits();
+    if bits >> 31 == 1 {
+        !bits
+    } else {
+        bits | (1 << 31)
+    }
+}
+
+/// Stable LSD radix sort of `items` by the bytes `digits` of `key(item)`, ascending.
+fn radix_sort_bytes<T: Copy + Default>(
+    items: &mut Vec<T>,
+    digits: std::ops::Range<u32>,
+    key: impl Fn(T) -> u64,
+) {
+    let n = items.len();
+    let mut counts = [[0u32; 256]; 8];
+    for &item in items.iter() {
+        let k = key(item);
+        for d in digits.clone() {
+            counts[d as usize][((k >> (8 * d)) & 0xFF) as usize] += 1;
+        }
+    }
+    let mut next: Vec<T> = vec![T::default(); n];
+    for d in digits {
+        let c = &counts[d as usize];
         if c.iter().any(|&x| x as usize == n) {
             continue; // every key has the same digit here
         }
@@ -68,14 +160,13 @@ pub fn sort_descending(values: &[f64]) -> Vec<u32> {
             *o = total;
             total += x;
         }
-        for &(k, i) in &cur {
-            let b = ((k >> (8 * d)) & 0xFF) as usize;
-            next[offsets[b] as usize] = (k, i);
+        for &item in items.iter() {
+            let b = ((key(item) >> (8 * d)) & 0xFF) as usize;
+            next[offsets[b] as usize] = item;
             offsets[b] += 1;
         }
-        std::mem::swap(&mut cur, &mut next);
+        std::mem::swap(items, &mut next);
     }
-    cur.into_iter().map(|(_, i)| i).collect()
 }
 
 /// From a descending order: each element's descending midrank (1 = largest, ties averaged)
@@ -144,10 +235,16 @@ pub fn average_precision(labels: &[bool], scores: &[f64]) -> f64 {
 }
 
 /// Average precision from, for each positive, the size of the prediction set at its
-/// threshold (#{j : score_j >= score_i}), plus `extra` positives sharing the lowest
-/// threshold `extra_at`. Sorts `at_least` in place.
+/// threshold (#{j : score_j >= score_i}); NaN without positives. Sorts `at_least` in place.
 pub fn ap_from_group_sizes(at_least: &mut [u32], n_pos: usize) -> f64 {
     ap_with_tail(at_least, n_pos, 0, 0)
+}
+
+/// 1 / (prediction set size) of a threshold. Every AP sum multiplies by it, so that the
+/// pair kernel and the sweeps (which compute it once per tie group) agree bit for bit.
+#[inline(always)]
+pub fn group_weight(at_least: usize) -> f64 {
+    1.0 / at_least as f64
 }
 
 /// As [`ap_from_group_sizes`], with `tail_count` more positives at threshold size `tail_at`,
@@ -168,11 +265,11 @@ pub fn ap_with_tail(at_least: &mut [u32], n_pos: usize, tail_count: usize, tail_
             j += 1;
         }
         tp += cnt;
-        ap += cnt as f64 * tp as f64 / g as f64;
+        ap += cnt as f64 * tp as f64 * group_weight(g as usize);
     }
     if tail_count > 0 {
         tp += tail_count;
-        ap += tail_count as f64 * tp as f64 / tail_at as f64;
+        ap += tail_count as f64 * tp as f64 * group_weight(tail_at);
     }
     ap / n_pos as f64
 }
@@ -212,17 +309,30 @@ mod tests {
                 }
             })
             .collect();
+        let check = |values: &[f64]| {
+            let got = sort_descending(values);
+            let mut want: Vec<u32> = (0..values.len() as u32).collect();
+            want.sort_by(|&a, &b| {
+                values[b as usize]
+                    .partial_cmp(&values[a as usize])
+                    .unwrap()
+                    .then(a.cmp(&b))
+            });
+            assert_eq!(got, want);
+        };
+        // all exact float32: the packed 32-bit path
+        let as_f32: Vec<f64> = values
+            .iter()
+            .map(|&v| (v as f32) as f64)
+            .map(|v| if v.is_finite() { v } else { 0.0 })
+            .collect();
+        assert!(as_f32.iter().all(|&v| (v as f32) as f64 == v));
+        check(&as_f32);
+        // not float32: the 64-bit path
         values.push(f64::MAX);
         values.push(f64::MIN);
-        let got = sort_descending(&values);
-        let mut want: Vec<u32> = (0..values.len() as u32).collect();
-        want.sort_by(|&a, &b| {
-            values[b as usize]
-                .partial_cmp(&values[a as usize])
-                .unwrap()
-                .then(a.cmp(&b))
-        });
-        assert_eq!(got, want);
+        values.push(0.1);
+        check(&values);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 use crate::concepts::{ConceptSet, LabelIndex, RowIndex};
 use crate::metric::Needs;
 use crate::pair::{clipped_log, finish_forward, ForwardSums, InverseSums, Products};
+use crate::ranks::group_weight;
 use crate::unit::UnitProfile;
 
 /// Forward sums over the unit's top set, for every concept.
@@ -107,13 +108,14 @@ pub fn inverse(
         while start < n {
             let end = unit.at_least[unit.order[start] as usize] as usize;
             let group = &unit.order[start..end];
+            let weight = group_weight(end);
             if group.len() == 1 {
                 // The common case: cnt = 1, so one pass adds 1 * TP / end per concept.
                 let i = group[0] as usize;
                 for &c in &labels.concept[labels.ptr[i]..labels.ptr[i + 1]] {
                     let c = c as usize;
                     tp[c] += 1;
-                    ap[c] += 1.0 * tp[c] as f64 / end as f64;
+                    ap[c] += 1.0 * tp[c] as f64 * weight;
                 }
                 start = end;
                 continue;
@@ -128,7 +130,7 @@ pub fn inverse(
                 for &c in &labels.concept[labels.ptr[i as usize]..labels.ptr[i as usize + 1]] {
                     let c = c as usize;
                     if in_group[c] > 0 {
-                        ap[c] += in_group[c] as f64 * tp[c] as f64 / end as f64;
+                        ap[c] += in_group[c] as f64 * tp[c] as f64 * weight;
                         in_group[c] = 0;
                     }
                 }
@@ -180,7 +182,7 @@ pub fn products(
                 o.dot += a * rows.value[j];
             }
             if needs.rank_products {
-                o.rank_cov += ra * (rows.rank[j] - set.columns[c].zero_rank);
+                o.rank_cov += ra * rows.rank_above_zero[j];
             }
         }
     }

@@ -1,7 +1,7 @@
 //! Per-unit transforms: computed once per unit, shared by all of its concepts and metrics.
 
 use crate::metric::{top_count, Needs, Params};
-use crate::ranks::{midranks_from_order, robust_norm, sort_descending};
+use crate::ranks::{lane_sum, midranks_from_order, robust_norm_slice, sort_descending};
 use crate::rng::SplitMix64;
 
 /// What the pair kernels read about one unit a_k.
@@ -41,16 +41,16 @@ impl UnitProfile {
         p.mean = if constant {
             a[0]
         } else {
-            a.iter().sum::<f64>() / n as f64
+            lane_sum(&a) / n as f64
         };
         p.centred = if constant {
             vec![0.0; n]
         } else {
             a.iter().map(|v| v - p.mean).collect()
         };
-        p.centred_sum = p.centred.iter().sum();
-        p.centred_norm = robust_norm(p.centred.iter().copied(), 0.0, 0);
-        p.norm = robust_norm(a.iter().copied(), 0.0, 0);
+        p.centred_sum = lane_sum(&p.centred);
+        p.centred_norm = robust_norm_slice(&p.centred);
+        p.norm = robust_norm_slice(&a);
 
         if needs.order {
             p.order = sort_descending(&a);
@@ -60,7 +60,7 @@ impl UnitProfile {
             // ascending rank = N + 1 - descending rank; centred by (N + 1) / 2
             let mid = (n as f64 + 1.0) / 2.0;
             p.centred_rank = desc.iter().map(|d| mid - d).collect();
-            p.centred_rank_norm = robust_norm(p.centred_rank.iter().copied(), 0.0, 0);
+            p.centred_rank_norm = robust_norm_slice(&p.centred_rank);
         }
         if needs.top_set {
             p.top = top_alpha_set(

@@ -12,6 +12,11 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 use rayon::{ThreadPool, ThreadPoolBuilder};
 
+/// The kernels allocate and free per-unit buffers of N values; mimalloc reuses freed pages
+/// where the system allocator returns them to the OS and faults them in again each time.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A 2-D float array of either supported dtype, borrowed read-only from numpy.
 #[derive(FromPyObject)]
 enum FloatMatrix<'py> {
