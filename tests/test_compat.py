@@ -13,47 +13,17 @@ import pytest
 from neuroneval.compat import neuron_eval as ne
 from neuroneval.errors import ParameterError, ShapeError
 from numpy.testing import assert_allclose
+from spec_values import A0, A1, C0, C1, SPEC_ALPHA, SPEC_PLAIN  # noqa: E402
 
-# SPEC section 3 reference example: N = 10, two units, two concepts.
-A0 = [0.9, 0.8, 0.7, 0.1, 0.2, 0.05, 0.3, 0.6, 0.0, 0.4]
-A1 = [0.1, 0.2, 0.95, 0.85, 0.3, 0.0, 0.5, 0.05, 0.7, 0.15]
-C0 = [1, 1, 0, 0, 0, 0, 1, 1, 0, 0]
-C1 = [0.9, 0.2, 0.8, 0.7, 0.1, 0.0, 0.4, 0.3, 0.6, 0.05]
 A = np.column_stack([A0, A1]).astype(np.float64)
 C = np.column_stack([C0, C1]).astype(np.float64)
 N = A.shape[0]
 
-# compat name -> {alpha: [[a0:c0, a0:c1], [a1:c0, a1:c1]]}, copied from SPEC section 3.
-ALPHA_REF: dict[str, dict[float, list[list[float]]]] = {
-    "recall": {0.2: [[1, 0.5], [0, 1]], 0.5: [[0.6, 0.4], [0.2, 0.6]]},
-    "precision": {0.2: [[0.5, 0.25], [0, 0.5]], 0.5: [[0.75, 0.5], [0.25, 0.75]]},
-    "f1_score": {
-        0.2: [[0.666667, 0.333333], [0, 0.666667]],
-        0.5: [[0.666667, 0.444444], [0.222222, 0.666667]],
-    },
-    "iou": {0.2: [[0.5, 0.2], [0, 0.5]], 0.5: [[0.5, 0.285714], [0.125, 0.5]]},
-    "accuracy": {0.2: [[0.8, 0.6], [0.4, 0.8]], 0.5: [[0.7, 0.5], [0.3, 0.7]]},
-    "balanced_accuracy": {0.2: [[0.875, 0.5625], [0.25, 0.875]], 0.5: [[0.7, 0.5], [0.3, 0.7]]},
-    "inverse_balanced_accuracy": {
-        0.2: [[0.75, 0.541667], [0.333333, 0.75]],
-        0.5: [[0.708333, 0.5], [0.291667, 0.708333]],
-    },
-    "wpmi": {
-        0.2: [[0.916291, 0.046469], [-17.504390, 0.613959]],
-        0.5: [[-6.451982, -0.323661], [-13.820254, 0.041964]],
-    },
-    "auprc": {0.2: [[0.5, 0.642857], [0.2, 0.583333]], 0.5: [[0.65, 0.725397], [0.45, 0.668333]]},
-    "auc": {0.2: [[0.875, 0.6875], [0.25, 0.875]], 0.5: [[0.7, 0.6], [0.3, 0.72]]},
-}
-
-PLAIN_REF: dict[str, list[list[float]]] = {
-    "correlation": [[0.644876, 0.311509], [-0.415006, 0.605035]],
-    "spearman_correlation": [[0.639602, 0.333333], [-0.355335, 0.539394]],
-    "cos_sim": [[0.805838, 0.745437], [0.267195, 0.840805]],
-    "mad": [[0.408333, 0.033333], [-0.279167, 0.45]],
-    "inverse_auc": [[0.875, 0.5], [0.291667, 0.833333]],
-    "inverse_auprc": [[0.854167, 0.610417], [0.350694, 0.875]],
-}
+# The reference's names of the metrics SPEC section 3 lists values for.
+COMPAT_NAME = {"f1": "f1_score", "spearman": "spearman_correlation", "cosine": "cos_sim"}
+# compat name -> {alpha: [[a0:c0, a0:c1], [a1:c0, a1:c1]]}
+ALPHA_REF: dict[str, dict[float, list[list[float]]]] = {COMPAT_NAME.get(m, m): v for m, v in SPEC_ALPHA.items()}
+PLAIN_REF: dict[str, list[list[float]]] = {COMPAT_NAME.get(m, m): v for m, v in SPEC_PLAIN.items()}
 
 
 def _h(x: Any, y: Any) -> Any:

@@ -109,7 +109,7 @@ fn score_block<E: Element>(
     let profiles: Vec<UnitProfile> = columns
         .chunks(n)
         .zip(units)
-        .map(|(a, &u)| UnitProfile::build(a.to_vec(), u, needs, params))
+        .map(|(a, &u)| UnitProfile::build(a, u, needs, params))
         .collect();
     drop(columns);
 
@@ -168,9 +168,7 @@ fn dense_products(
         let g = crate::gemm::at_b(&lhs, &dense.values, b, t, n);
         for (u, p) in profiles.iter().enumerate() {
             for (c, col) in concepts.columns.iter().enumerate() {
-                let x = g[u * t + c];
-                out[u * t + c].cov = x - col.mean * p.centred_sum;
-                out[u * t + c].dot = x + p.mean * col.sum;
+                out[u * t + c] = Products::from_centred(g[u * t + c], 0.0, p, col);
             }
         }
     }
@@ -238,7 +236,7 @@ pub fn score_pairs<E: Element, C: Element>(
             let unit = pairs[group[0]].0 as usize;
             let mut a = vec![0.0; n];
             activations.columns_into(&[unit], &mut a);
-            let profile = UnitProfile::build(a, unit, &needs, params);
+            let profile = UnitProfile::build(&a, unit, &needs, params);
             let mut kernel = PairKernel::default();
             group
                 .iter()

@@ -128,6 +128,8 @@ pub struct Needs {
     pub forward_log_sum: bool,
     /// Sums over the concept's positive labels.
     pub inverse: bool,
+    /// The label sums of mad and inverse_auc (activations, ranks).
+    pub inverse_sums: bool,
     pub inverse_ap: bool,
     /// Products over all inputs.
     pub products: bool,
@@ -169,13 +171,17 @@ impl Needs {
                 InverseAuc => {
                     n.order = true;
                     n.inverse = true;
+                    n.inverse_sums = true;
                 }
                 InverseAuprc => {
                     n.order = true;
                     n.inverse = true;
                     n.inverse_ap = true;
                 }
-                Mad => n.inverse = true,
+                Mad => {
+                    n.inverse = true;
+                    n.inverse_sums = true;
+                }
                 Correlation | Cosine => n.products = true,
                 Spearman => {
                     n.order = true;

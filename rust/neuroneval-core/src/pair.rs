@@ -22,6 +22,23 @@ pub struct Products {
     pub rank_cov: f64,
 }
 
+impl Products {
+    /// cov and dot from raw = sum (a - mean a) c, the one product every path accumulates:
+    /// cov = raw - mean(c) sum(a - mean a) (0 up to rounding) and dot = raw + mean(a) sum(c).
+    pub fn from_centred(
+        raw: f64,
+        rank_cov: f64,
+        unit: &UnitProfile,
+        col: &ConceptColumn,
+    ) -> Products {
+        Products {
+            cov: raw - col.mean * unit.centred_sum,
+            dot: raw + unit.mean * col.sum,
+            rank_cov,
+        }
+    }
+}
+
 /// Sums over the unit's top set b (forward metrics).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ForwardSums {
@@ -211,9 +228,11 @@ impl PairKernel {
         self.at_least.clear();
         for &i in &col.positives {
             let i = i as usize;
-            sum += unit.centred[i];
-            if needs.order {
-                rank_sum += unit.centred_rank[i] + mid;
+            if needs.inverse_sums {
+                sum += unit.centred[i];
+                if needs.order {
+                    rank_sum += unit.centred_rank[i] + mid;
+                }
             }
             if needs.inverse_ap {
                 self.at_least.push(unit.at_least[i]);
@@ -287,13 +306,11 @@ pub fn clipped_log(v: f64) -> f64 {
 fn sparse_products(unit: &UnitProfile, col: &ConceptColumn, needs: &Needs) -> Products {
     let mut p = Products::default();
     if needs.products {
-        let (mut cov, mut dot) = (0.0, 0.0);
+        let mut raw = 0.0;
         for (&i, &v) in col.nz_index.iter().zip(&col.nz_value) {
-            cov += unit.centred[i as usize] * v;
-            dot += unit.a[i as usize] * v;
+            raw += unit.centred[i as usize] * v;
         }
-        p.cov = cov - col.mean * unit.centred_sum;
-        p.dot = dot;
+        p = Products::from_centred(raw, 0.0, unit, col);
     }
     if needs.rank_products {
         let mut rc = 0.0;

@@ -78,36 +78,30 @@ pub fn inverse(
     let t = set.len();
     let n = unit.n();
     let mid = (n as f64 + 1.0) / 2.0;
-    let (mut centred_sum, mut rank_sum) = (vec![0.0; t], vec![0.0; t]);
-    for i in 0..n {
+    // Both sums of a concept side by side: each label touches one cache line.
+    let mut out = vec![InverseSums::default(); t];
+    for i in (0..n).filter(|_| needs.inverse_sums) {
         let (s, e) = (labels.ptr[i], labels.ptr[i + 1]);
         if s == e {
             continue;
         }
         let a = unit.centred[i];
+        let r = if needs.order {
+            unit.centred_rank[i] + mid
+        } else {
+            0.0
+        };
         for &c in &labels.concept[s..e] {
-            centred_sum[c as usize] += a;
-        }
-        if needs.order {
-            let r = unit.centred_rank[i] + mid;
-            for &c in &labels.concept[s..e] {
-                rank_sum[c as usize] += r;
-            }
+            let o = &mut out[c as usize];
+            o.centred_sum += a;
+            o.rank_sum += r;
         }
     }
-    let mut out: Vec<InverseSums> = centred_sum
-        .into_iter()
-        .zip(rank_sum)
-        .map(|(centred_sum, rank_sum)| InverseSums {
-            centred_sum,
-            rank_sum,
-            ap: 0.0,
-        })
-        .collect();
     if needs.inverse_ap {
         // Walk tie groups in descending activation: count each concept's positives in the
         // group, then add cnt * TP / (group end) once per concept, as ap_with_tail does.
-        let (mut tp, mut in_group, mut ap) = (vec![0usize; t], vec![0usize; t], vec![0.0; t]);
+        // One 16-byte state per concept: each label touches one cache line.
+        let mut state = vec![ApState::default(); t];
         let mut start = 0;
         while start < n {
             // Label lists are read in activation order, i.e. at random: fetch ahead.
@@ -130,35 +124,44 @@ pub fn inverse(
                 // The common case: cnt = 1, so one pass adds 1 * TP / end per concept.
                 let i = group[0] as usize;
                 for &c in &labels.concept[labels.ptr[i]..labels.ptr[i + 1]] {
-                    let c = c as usize;
-                    tp[c] += 1;
-                    ap[c] += 1.0 * tp[c] as f64 * weight;
+                    let s = &mut state[c as usize];
+                    s.tp += 1;
+                    s.ap += 1.0 * s.tp as f64 * weight;
                 }
                 start = end;
                 continue;
             }
             for &i in group {
                 for &c in &labels.concept[labels.ptr[i as usize]..labels.ptr[i as usize + 1]] {
-                    tp[c as usize] += 1;
-                    in_group[c as usize] += 1;
+                    let s = &mut state[c as usize];
+                    s.tp += 1;
+                    s.in_group += 1;
                 }
             }
             for &i in group {
                 for &c in &labels.concept[labels.ptr[i as usize]..labels.ptr[i as usize + 1]] {
-                    let c = c as usize;
-                    if in_group[c] > 0 {
-                        ap[c] += in_group[c] as f64 * tp[c] as f64 * weight;
-                        in_group[c] = 0;
+                    let s = &mut state[c as usize];
+                    if s.in_group > 0 {
+                        s.ap += s.in_group as f64 * s.tp as f64 * weight;
+                        s.in_group = 0;
                     }
                 }
             }
             start = end;
         }
         for (c, o) in out.iter_mut().enumerate() {
-            o.ap = finish_ap(ap[c], set.columns[c].n_positive());
+            o.ap = finish_ap(state[c].ap, set.columns[c].n_positive());
         }
     }
     out
+}
+
+/// A concept's running sums in the AP walk.
+#[derive(Clone, Copy, Default)]
+struct ApState {
+    ap: f64,
+    tp: u32,
+    in_group: u32,
 }
 
 /// How many inputs ahead the AP walk prefetches label lists.
@@ -196,7 +199,7 @@ pub fn products(
 ) -> Vec<Products> {
     let t = set.len();
     // One dense array per sum keeps each scatter target small and cache-resident.
-    let (mut cov, mut dot, mut rank_cov) = (vec![0.0; t], vec![0.0; t], vec![0.0; t]);
+    let (mut raw, mut rank_cov) = (vec![0.0; t], vec![0.0; t]);
     for i in 0..unit.n() {
         let (s, e) = (rows.ptr[i], rows.ptr[i + 1]);
         if s == e {
@@ -204,10 +207,9 @@ pub fn products(
         }
         let concepts = &rows.concept[s..e];
         if needs.products {
-            let (ac, a) = (unit.centred[i], unit.a[i]);
+            let ac = unit.centred[i];
             for (&c, &v) in concepts.iter().zip(&rows.value[s..e]) {
-                cov[c as usize] += ac * v;
-                dot[c as usize] += a * v;
+                raw[c as usize] += ac * v;
             }
         }
         if needs.rank_products {
@@ -220,14 +222,6 @@ pub fn products(
     set.columns
         .iter()
         .enumerate()
-        .map(|(c, col)| Products {
-            cov: if needs.products {
-                cov[c] - col.mean * unit.centred_sum
-            } else {
-                0.0
-            },
-            dot: dot[c],
-            rank_cov: rank_cov[c],
-        })
+        .map(|(c, col)| Products::from_centred(raw[c], rank_cov[c], unit, col))
         .collect()
 }

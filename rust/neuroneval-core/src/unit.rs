@@ -7,7 +7,8 @@ use crate::rng::SplitMix64;
 /// What the pair kernels read about one unit a_k.
 #[derive(Debug, Default)]
 pub struct UnitProfile {
-    pub a: Vec<f64>,
+    /// N, the number of inputs.
+    pub n: usize,
     pub mean: f64,
     /// a - mean; exactly 0 for a constant unit.
     pub centred: Vec<f64>,
@@ -34,14 +35,17 @@ pub struct UnitProfile {
 
 impl UnitProfile {
     /// Transforms unit `unit` (its activations `a`, already validated finite).
-    pub fn build(a: Vec<f64>, unit: usize, needs: &Needs, params: &Params) -> UnitProfile {
+    pub fn build(a: &[f64], unit: usize, needs: &Needs, params: &Params) -> UnitProfile {
         let n = a.len();
-        let mut p = UnitProfile::default();
+        let mut p = UnitProfile {
+            n,
+            ..UnitProfile::default()
+        };
         let constant = a.iter().all(|&v| v == a[0]);
         p.mean = if constant {
             a[0]
         } else {
-            lane_sum(&a) / n as f64
+            lane_sum(a) / n as f64
         };
         p.centred = if constant {
             vec![0.0; n]
@@ -50,13 +54,13 @@ impl UnitProfile {
         };
         p.centred_sum = lane_sum(&p.centred);
         p.centred_norm = robust_norm_slice(&p.centred);
-        p.norm = robust_norm_slice(&a);
+        p.norm = robust_norm_slice(a);
 
         if needs.order {
-            p.order = sort_descending(&a);
+            p.order = sort_descending(a);
             let mut desc = vec![0.0; n];
             p.at_least = vec![0; n];
-            midranks_from_order(&a, &p.order, &mut desc, &mut p.at_least);
+            midranks_from_order(a, &p.order, &mut desc, &mut p.at_least);
             // ascending rank = N + 1 - descending rank; centred by (N + 1) / 2
             let mid = (n as f64 + 1.0) / 2.0;
             p.centred_rank = desc.iter().map(|d| mid - d).collect();
@@ -64,7 +68,7 @@ impl UnitProfile {
         }
         if needs.top_set {
             p.top = top_alpha_set(
-                &a,
+                a,
                 params.alpha,
                 (!p.order.is_empty()).then_some(&p.order[..]),
             );
@@ -78,12 +82,11 @@ impl UnitProfile {
             p.subset_a = p.subset.iter().map(|&i| a[i as usize]).collect();
             p.subset_rank = midranks(&p.subset_a);
         }
-        p.a = a;
         p
     }
 
     pub fn n(&self) -> usize {
-        self.a.len()
+        self.n
     }
 }
 
