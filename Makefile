@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q --extras dev,torch
 	touch $(STAMP)
 
-# Rebuild the extension (release) whenever Rust sources change.
+# Rebuild the extension in place (release); cargo makes this a no-op when nothing changed.
 build: $(STAMP)
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q
 

@@ -8,6 +8,7 @@ use rayon::prelude::*;
 
 use crate::error::{CoreError, Result};
 use crate::matrix::{Element, MatrixView};
+use crate::metric::Needs;
 use crate::ranks::{midranks_from_order, robust_norm, sort_descending};
 
 /// Above this fraction of nonzero concept entries, products run as dense matrix products.
@@ -44,8 +45,14 @@ pub struct ConceptColumn {
 
 impl ConceptColumn {
     /// Builds the transforms of one column of N values from its nonzero entries
-    /// (ascending inputs), all already validated to lie in (0, 1].
-    pub fn from_nonzeros(n: usize, nz_index: Vec<u32>, nz_value: Vec<f64>) -> ConceptColumn {
+    /// (ascending inputs), all already validated to lie in (0, 1]. The ranks (one sort of
+    /// the nonzero values) only `with_ranks`.
+    pub fn from_nonzeros(
+        n: usize,
+        nz_index: Vec<u32>,
+        nz_value: Vec<f64>,
+        with_ranks: bool,
+    ) -> ConceptColumn {
         let mut col = ConceptColumn {
             positives: nz_index
                 .iter()
@@ -64,25 +71,29 @@ impl ConceptColumn {
         col.mean = col.sum / n as f64;
         col.norm = robust_norm(col.nz_value.iter().copied(), 0.0, 0);
 
-        // Ranks of the nonzero entries: one descending sort, then midranks above the zero group.
-        let order = sort_descending(&col.nz_value);
-        let mut desc_rank = vec![0.0; nnz];
-        let mut at_least = vec![0u32; nnz];
-        midranks_from_order(&col.nz_value, &order, &mut desc_rank, &mut at_least);
-        col.nz_rank = desc_rank.iter().map(|&r| n as f64 + 1.0 - r).collect();
-        col.nz_at_least = at_least;
+        if with_ranks {
+            // One descending sort of the nonzero entries, then midranks above the zero group.
+            let order = sort_descending(&col.nz_value);
+            let mut desc_rank = vec![0.0; nnz];
+            let mut at_least = vec![0u32; nnz];
+            midranks_from_order(&col.nz_value, &order, &mut desc_rank, &mut at_least);
+            col.nz_rank = desc_rank.iter().map(|&r| n as f64 + 1.0 - r).collect();
+            col.nz_at_least = at_least;
+        }
 
         let constant =
             nnz == 0 || (col.n_zero == 0 && col.nz_value.iter().all(|&v| v == col.nz_value[0]));
         if !constant {
             let m = col.mean;
             col.centred_norm = robust_norm(col.nz_value.iter().map(|v| v - m), -m, col.n_zero);
-            let mid = (n as f64 + 1.0) / 2.0;
-            col.rank_centred_norm = robust_norm(
-                col.nz_rank.iter().map(|r| r - mid),
-                col.zero_rank - mid,
-                col.n_zero,
-            );
+            if with_ranks {
+                let mid = (n as f64 + 1.0) / 2.0;
+                col.rank_centred_norm = robust_norm(
+                    col.nz_rank.iter().map(|r| r - mid),
+                    col.zero_rank - mid,
+                    col.n_zero,
+                );
+            }
         }
         col
     }
@@ -150,16 +161,17 @@ fn row_pointers(n: usize, rows_of: impl Iterator<Item = u32>) -> Vec<usize> {
 }
 
 impl RowIndex {
-    fn from_columns(columns: &[ConceptColumn], n: usize) -> RowIndex {
+    fn from_columns(columns: &[ConceptColumn], n: usize, with_ranks: bool) -> RowIndex {
         let ptr = row_pointers(n, columns.iter().flat_map(|c| c.nz_index.iter().copied()));
         let nnz = ptr[n];
+        let ranked = if with_ranks { nnz } else { 0 };
         let mut next = ptr.clone();
         let mut r = RowIndex {
             concept: vec![0; nnz],
             value: vec![0.0; nnz],
-            rank: vec![0.0; nnz],
-            rank_above_zero: vec![0.0; nnz],
-            at_least: vec![0; nnz],
+            rank: vec![0.0; ranked],
+            rank_above_zero: vec![0.0; ranked],
+            at_least: vec![0; ranked],
             ptr: Vec::new(),
         };
         for (t, col) in columns.iter().enumerate() {
@@ -168,9 +180,11 @@ impl RowIndex {
                 next[i as usize] += 1;
                 r.concept[e] = t as u32;
                 r.value[e] = col.nz_value[j];
-                r.rank[e] = col.nz_rank[j];
-                r.rank_above_zero[e] = col.nz_rank[j] - col.zero_rank;
-                r.at_least[e] = col.nz_at_least[j];
+                if with_ranks {
+                    r.rank[e] = col.nz_rank[j];
+                    r.rank_above_zero[e] = col.nz_rank[j] - col.zero_rank;
+                    r.at_least[e] = col.nz_at_least[j];
+                }
             }
         }
         r.ptr = ptr;
@@ -204,13 +218,15 @@ pub struct DenseConcepts {
 impl ConceptSet {
     /// Validates (finite, in [0, 1]) and transforms the listed columns of an (N, T) concept
     /// matrix (all of them when `selected` is None); `columns[j]` is `selected[j]`'s transform.
-    /// `for_matrix` builds the indexes a call over all pairs uses (dense copies or rows, labels);
-    /// a call over a few pairs skips them.
+    /// Builds only what metrics with these `needs` read. `for_matrix` adds the indexes a call
+    /// over all pairs sweeps (rows or dense copies, labels); a call over a few pairs skips them.
     pub fn build<E: Element>(
         concepts: MatrixView<'_, E>,
         selected: Option<&[usize]>,
+        needs: &Needs,
         for_matrix: bool,
     ) -> Result<ConceptSet> {
+        let with_ranks = needs.forward_rank_sum || needs.forward_ap || needs.rank_products;
         let (n, t) = (concepts.rows(), concepts.cols());
         let all: Vec<usize>;
         let selected = match selected {
@@ -280,7 +296,7 @@ impl ConceptSet {
                 Ok(index
                     .into_iter()
                     .zip(value)
-                    .map(|(idx, val)| ConceptColumn::from_nonzeros(n, idx, val))
+                    .map(|(idx, val)| ConceptColumn::from_nonzeros(n, idx, val, with_ranks))
                     .collect())
             })
             .collect();
@@ -305,11 +321,15 @@ impl ConceptSet {
         }
         let nnz: usize = columns.iter().map(|c| c.nz_index.len()).sum();
         let density = nnz as f64 / (n as f64 * columns.len() as f64);
-        // A matrix call (for_matrix) sweeps units over inputs; a pairs call does not.
-        let dense = (for_matrix && density > DENSE_PRODUCT_DENSITY)
-            .then(|| DenseConcepts::from_columns(&columns, n));
-        let rows = (for_matrix && dense.is_none()).then(|| RowIndex::from_columns(&columns, n));
-        let labels = if for_matrix {
+        // A matrix call sweeps each unit's inputs over sparse concepts and multiplies dense
+        // ones; a pairs call does neither.
+        let is_dense = density > DENSE_PRODUCT_DENSITY;
+        let products = needs.products || needs.rank_products;
+        let dense = (for_matrix && is_dense && products)
+            .then(|| DenseConcepts::from_columns(&columns, n, needs));
+        let rows = (for_matrix && !is_dense && (products || needs.forward))
+            .then(|| RowIndex::from_columns(&columns, n, with_ranks));
+        let labels = if for_matrix && needs.inverse {
             LabelIndex::from_columns(&columns, n)
         } else {
             LabelIndex::default()
@@ -333,21 +353,33 @@ impl ConceptSet {
 }
 
 impl DenseConcepts {
-    fn from_columns(columns: &[ConceptColumn], n: usize) -> DenseConcepts {
+    /// The copies the products of `needs` read (each empty otherwise).
+    fn from_columns(columns: &[ConceptColumn], n: usize, needs: &Needs) -> DenseConcepts {
         let mid = (n as f64 + 1.0) / 2.0;
-        let mut values = vec![0.0; columns.len() * n];
-        let mut centred_ranks = vec![0.0; columns.len() * n];
-        values
-            .par_chunks_mut(n)
-            .zip(centred_ranks.par_chunks_mut(n))
-            .zip(columns.par_iter())
-            .for_each(|((v, r), col)| {
-                r.fill(col.zero_rank - mid);
-                for (j, &i) in col.nz_index.iter().enumerate() {
-                    v[i as usize] = col.nz_value[j];
-                    r[i as usize] = col.nz_rank[j] - mid;
-                }
-            });
+        let size = |wanted: bool| if wanted { columns.len() * n } else { 0 };
+        let mut values = vec![0.0; size(needs.products)];
+        let mut centred_ranks = vec![0.0; size(needs.rank_products)];
+        if needs.products {
+            values
+                .par_chunks_mut(n)
+                .zip(columns.par_iter())
+                .for_each(|(v, col)| {
+                    for (&i, &x) in col.nz_index.iter().zip(&col.nz_value) {
+                        v[i as usize] = x;
+                    }
+                });
+        }
+        if needs.rank_products {
+            centred_ranks
+                .par_chunks_mut(n)
+                .zip(columns.par_iter())
+                .for_each(|(r, col)| {
+                    r.fill(col.zero_rank - mid);
+                    for (&i, &rank) in col.nz_index.iter().zip(&col.nz_rank) {
+                        r[i as usize] = rank - mid;
+                    }
+                });
+        }
         DenseConcepts {
             values,
             centred_ranks,

@@ -46,20 +46,23 @@ fn check_metrics(metrics: &[Metric]) -> Result<()> {
     Ok(())
 }
 
-/// Every metric for every (unit, concept) pair of an (N, K) activation matrix.
-pub fn score_matrix<E: Element>(
+/// Every metric for every (unit, concept) pair of (N, K) activations and (N, T) concepts:
+/// `values[m][k * T + t]`.
+pub fn score_matrix<E: Element, C: Element>(
     activations: MatrixView<'_, E>,
-    concepts: &ConceptSet,
+    concepts: MatrixView<'_, C>,
     metrics: &[Metric],
     params: &Params,
 ) -> Result<Scores> {
     params.validate()?;
     check_metrics(metrics)?;
+    let needs = Needs::of(metrics);
+    let concepts = ConceptSet::build(concepts, None, &needs, true)?;
+    let concepts = &concepts;
     let k = activations.cols();
     let all_units: Vec<usize> = (0..k).collect();
     check_activations(&activations, concepts.n_inputs, &all_units)?;
     let t = concepts.len();
-    let needs = Needs::of(metrics);
 
     let mut outputs: Scores = metrics.iter().map(|_| vec![0.0; k * t]).collect();
     // Per block, one mutable slice of each metric's output.
@@ -217,9 +220,9 @@ pub fn score_pairs<E: Element, C: Element>(
     if pairs.is_empty() {
         return Ok(metrics.iter().map(|_| Vec::new()).collect());
     }
-    let set = ConceptSet::build(concepts, Some(&used_concepts), false)?;
-    check_activations(&activations, set.n_inputs, &used_units)?;
     let needs = Needs::of(metrics);
+    let set = ConceptSet::build(concepts, Some(&used_concepts), &needs, false)?;
+    check_activations(&activations, set.n_inputs, &used_units)?;
 
     // Pairs grouped by unit, so each unit is transformed once.
     let mut by_unit: Vec<usize> = (0..pairs.len()).collect();

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use neuroneval_core::single::{self, RankStatistic};
-use neuroneval_core::{ConceptSet, CoreError, Element, MatrixView, Metric, Params};
+use neuroneval_core::{CoreError, Element, MatrixView, Metric, Params};
 use numpy::{
     IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray2, PyUntypedArrayMethods,
 };
@@ -167,9 +167,7 @@ fn score_matrix<'py>(
         with_view!(&concepts, "concepts", |c| {
             let (units, n_concepts) = (a.cols(), c.cols());
             let scores = run(py, || {
-                params.validate()?;
-                let set = ConceptSet::build(c, None, true)?;
-                neuroneval_core::score_matrix(a, &set, &metrics, &params)
+                neuroneval_core::score_matrix(a, c, &metrics, &params)
             })?;
             (units, n_concepts, scores)
         })
