@@ -121,26 +121,33 @@ fn score_block<E: Element>(
         _ => None,
     };
 
+    // Products with sparse concepts: one sweep over the concept rows per few units.
+    let rows = concepts.rows.as_ref();
+    let sparse: Option<Vec<Vec<Products>>> = rows
+        .filter(|_| dense.is_none() && (needs.products || needs.rank_products))
+        .map(|r| {
+            profiles
+                .chunks(sweep::PRODUCT_UNITS)
+                .flat_map(|units| sweep::products(units, concepts, r, needs))
+                .collect()
+        });
+
     let mut kernel = PairKernel::default();
     let mut row = vec![0.0; metrics.len()];
     for (u, profile) in profiles.iter().enumerate() {
         // Sums for all concepts at once, by sweeps over the unit's inputs.
-        let rows = concepts.rows.as_ref();
         let forward = rows
             .filter(|_| needs.forward)
             .map(|r| sweep::forward(profile, concepts, r, needs));
         let inverse = needs
             .inverse
             .then(|| sweep::inverse(profile, concepts, &concepts.labels, needs));
-        let sparse = rows
-            .filter(|_| dense.is_none() && (needs.products || needs.rank_products))
-            .map(|r| sweep::products(profile, concepts, r, needs));
         for (c, col) in concepts.columns.iter().enumerate() {
             let pre = Precomputed {
                 products: dense
                     .as_ref()
                     .map(|p| p[u * t + c])
-                    .or_else(|| sparse.as_ref().map(|p| p[c])),
+                    .or_else(|| sparse.as_ref().map(|p| p[u][c])),
                 forward: forward.as_ref().map(|f| f[c]),
                 inverse: inverse.as_ref().map(|i| i[c]),
             };

@@ -190,38 +190,71 @@ fn finish_ap(sum: f64, n_pos: usize) -> f64 {
     }
 }
 
-/// Products over all inputs with every concept, from the concepts' nonzero entries.
+/// Units whose products one pass over the concept rows accumulates together.
+pub const PRODUCT_UNITS: usize = 4;
+
+/// Products over all inputs of up to [`PRODUCT_UNITS`] units with every concept, from the
+/// concepts' nonzero entries: one read of each entry serves all the units. Returns
+/// `out[u][c]`. Each sum still adds its terms in ascending input order.
 pub fn products(
-    unit: &UnitProfile,
+    units: &[UnitProfile],
     set: &ConceptSet,
     rows: &RowIndex,
     needs: &Needs,
-) -> Vec<Products> {
+) -> Vec<Vec<Products>> {
+    assert!(units.len() <= PRODUCT_UNITS);
     let t = set.len();
-    // One dense array per sum keeps each scatter target small and cache-resident.
-    let (mut raw, mut rank_cov) = (vec![0.0; t], vec![0.0; t]);
-    for i in 0..unit.n() {
+    let nu = units.len();
+    // Per unit one dense array per sum, side by side: raw[u * t + c].
+    let (mut raw, mut rank_cov) = (vec![0.0; nu * t], vec![0.0; nu * t]);
+    let n = units.first().map_or(0, |u| u.n());
+    let mut w = [0.0; PRODUCT_UNITS];
+    for i in 0..n {
         let (s, e) = (rows.ptr[i], rows.ptr[i + 1]);
         if s == e {
             continue;
         }
         let concepts = &rows.concept[s..e];
         if needs.products {
-            let ac = unit.centred[i];
-            for (&c, &v) in concepts.iter().zip(&rows.value[s..e]) {
-                raw[c as usize] += ac * v;
+            for (wu, u) in w.iter_mut().zip(units) {
+                *wu = u.centred[i];
             }
+            scatter(&mut raw, t, &w[..nu], concepts, &rows.value[s..e]);
         }
         if needs.rank_products {
-            let ra = unit.centred_rank[i];
-            for (&c, &r) in concepts.iter().zip(&rows.rank_above_zero[s..e]) {
-                rank_cov[c as usize] += ra * r;
+            for (wu, u) in w.iter_mut().zip(units) {
+                *wu = u.centred_rank[i];
             }
+            scatter(
+                &mut rank_cov,
+                t,
+                &w[..nu],
+                concepts,
+                &rows.rank_above_zero[s..e],
+            );
         }
     }
-    set.columns
+    units
         .iter()
         .enumerate()
-        .map(|(c, col)| Products::from_centred(raw[c], rank_cov[c], unit, col))
+        .map(|(u, unit)| {
+            set.columns
+                .iter()
+                .enumerate()
+                .map(|(c, col)| {
+                    Products::from_centred(raw[u * t + c], rank_cov[u * t + c], unit, col)
+                })
+                .collect()
+        })
         .collect()
+}
+
+/// acc[u * t + c] += w[u] * x for each entry (c, x) and unit u.
+#[inline(always)]
+fn scatter(acc: &mut [f64], t: usize, w: &[f64], concepts: &[u32], x: &[f64]) {
+    for (&c, &x) in concepts.iter().zip(x) {
+        for (u, &wu) in w.iter().enumerate() {
+            acc[u * t + c as usize] += wu * x;
+        }
+    }
 }
