@@ -148,13 +148,13 @@ def score(
     for names, count, what in ((unit_names, n_units, "unit_names"), (concept_names, n_concepts, "concept_names")):
         if names is not None and len(names) != count:
             raise ShapeError(f"{what} has {len(names)} entries for {count} columns")
-    values = _compute(acts, conc, metrics, alpha, lam, k, top_alpha, seed, pairs)
-    if pairs is None:
+    pair_array = None if pairs is None else as_pairs(pairs)
+    values = _compute(acts, conc, metrics, alpha, lam, k, top_alpha, seed, pair_array)
+    if pair_array is None:
         unit_idx = np.repeat(np.arange(n_units), n_concepts)
         concept_idx = np.tile(np.arange(n_concepts), n_units)
     else:
-        p = as_pairs(pairs)
-        unit_idx, concept_idx = p[:, 0], p[:, 1]
+        unit_idx, concept_idx = pair_array[:, 0], pair_array[:, 1]
     columns: dict[str, Any] = {
         "unit": _labels(unit_idx, unit_names),
         "concept": _labels(concept_idx, concept_names),

@@ -263,32 +263,30 @@ impl ConceptSet {
                         Some(row) => {
                             // Concepts are mostly 0: skip all-zero runs with a branch-free test.
                             for (r, run) in row.chunks(16).enumerate() {
-                                if run.iter().map(|v| (v.to_f64() != 0.0) as u32).sum::<u32>() == 0
+                                if run.iter().map(|v| (v.to_f64() != 0.0) as u32).sum::<u32>() != 0
                                 {
-                                    continue;
-                                }
-                                for (jj, &v) in run.iter().enumerate() {
-                                    let (j, v) = (r * 16 + jj, v.to_f64());
-                                    if v != 0.0 {
-                                        if !(0.0..=1.0).contains(&v) {
-                                            return Err(bad_concept(i, block[j], v));
-                                        }
-                                        index[j].push(i as u32);
-                                        value[j].push(v);
+                                    for (jj, &v) in run.iter().enumerate() {
+                                        let j = r * 16 + jj;
+                                        keep_nonzero(
+                                            i,
+                                            block[j],
+                                            v.to_f64(),
+                                            &mut index[j],
+                                            &mut value[j],
+                                        )?;
                                     }
                                 }
                             }
                         }
                         None => {
                             for (j, &c) in block.iter().enumerate() {
-                                let v = concepts.get(i, c);
-                                if v != 0.0 {
-                                    if !(0.0..=1.0).contains(&v) {
-                                        return Err(bad_concept(i, c, v));
-                                    }
-                                    index[j].push(i as u32);
-                                    value[j].push(v);
-                                }
+                                keep_nonzero(
+                                    i,
+                                    c,
+                                    concepts.get(i, c),
+                                    &mut index[j],
+                                    &mut value[j],
+                                )?;
                             }
                         }
                     }
@@ -385,6 +383,25 @@ impl DenseConcepts {
             centred_ranks,
         }
     }
+}
+
+/// Validates one concept value and keeps it if it is nonzero.
+#[inline(always)]
+fn keep_nonzero(
+    row: usize,
+    column: usize,
+    v: f64,
+    index: &mut Vec<u32>,
+    value: &mut Vec<f64>,
+) -> Result<()> {
+    if v != 0.0 {
+        if !(0.0..=1.0).contains(&v) {
+            return Err(bad_concept(row, column, v));
+        }
+        index.push(row as u32);
+        value.push(v);
+    }
+    Ok(())
 }
 
 fn bad_concept(row: usize, column: usize, value: f64) -> CoreError {

@@ -39,11 +39,6 @@ impl SplitMix64 {
         }
     }
 
-    /// Uniform in [0, 1) with 53 random bits.
-    pub fn unit_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-
     /// `k` distinct indices from [0, n), Floyd's algorithm (k steps, no O(n) buffer).
     pub fn sample_without_replacement(&mut self, n: usize, k: usize) -> Vec<usize> {
         let mut chosen: Vec<usize> = Vec::with_capacity(k);
