@@ -108,6 +108,7 @@ pub fn inverse(
             // Two stages: the list's offset further ahead, then the list itself.
             if let Some(&far) = unit.order.get(start + 2 * PREFETCH_DISTANCE) {
                 prefetch(labels.ptr.as_ptr().wrapping_add(far as usize));
+                prefetch(unit.at_least.as_ptr().wrapping_add(far as usize));
             }
             if let Some(&ahead) = unit.order.get(start + PREFETCH_DISTANCE) {
                 prefetch(
