@@ -92,7 +92,7 @@ fn lanes(
 
 /// Indices sorted by value descending, ties by index ascending (so the order is unique).
 ///
-/// An LSD radix sort on 8-bit digits of an order key: stable, so ties keep index order.
+/// An LSD radix sort on 11-bit digits of an order key: stable, so ties keep index order.
 /// Values that are all exact float32 (activations usually are) sort by a 32-bit key packed
 /// with the index into one u64, halving the data moved; digits on which every key agrees
 /// are skipped.
@@ -110,7 +110,7 @@ pub fn sort_descending(values: &[f64]) -> Vec<u32> {
             .enumerate()
             .map(|(i, &v)| ((!order_key_f32(v as f32) as u64) << 32) | i as u64)
             .collect();
-        radix_sort_bytes(&mut packed, 4..8, |x| x);
+        radix_sort_bits(&mut packed, 32..64, |x| x);
         return packed.into_iter().map(|x| x as u32).collect();
     }
     let mut keyed: Vec<(u64, u32)> = values
@@ -118,7 +118,7 @@ pub fn sort_descending(values: &[f64]) -> Vec<u32> {
         .enumerate()
         .map(|(i, &v)| (!order_key(v), i as u32))
         .collect();
-    radix_sort_bytes(&mut keyed, 0..8, |x| x.0);
+    radix_sort_bits(&mut keyed, 0..64, |x| x.0);
     keyed.into_iter().map(|(_, i)| i).collect()
 }
 
@@ -134,34 +134,37 @@ fn order_key_f32(v: f32) -> u32 {
     }
 }
 
-/// Stable LSD radix sort of `items` by the bytes `digits` of `key(item)`, ascending.
-fn radix_sort_bytes<T: Copy + Default>(
+/// Stable LSD radix sort of `items` by bits `bits` of `key(item)`, ascending, in digits of
+/// 11 bits (three passes cover 32 bits); digits on which every key agrees are skipped.
+fn radix_sort_bits<T: Copy + Default>(
     items: &mut Vec<T>,
-    digits: std::ops::Range<u32>,
+    bits: std::ops::Range<u32>,
     key: impl Fn(T) -> u64,
 ) {
+    const DIGIT: u32 = 11;
+    const BUCKETS: usize = 1 << DIGIT;
     let n = items.len();
-    let mut counts = [[0u32; 256]; 8];
+    let shifts: Vec<u32> = (bits.start..bits.end).step_by(DIGIT as usize).collect();
+    let mut counts = vec![[0u32; BUCKETS]; shifts.len()];
     for &item in items.iter() {
         let k = key(item);
-        for d in digits.clone() {
-            counts[d as usize][((k >> (8 * d)) & 0xFF) as usize] += 1;
+        for (c, &s) in counts.iter_mut().zip(&shifts) {
+            c[((k >> s) as usize) & (BUCKETS - 1)] += 1;
         }
     }
     let mut next: Vec<T> = vec![T::default(); n];
-    for d in digits {
-        let c = &counts[d as usize];
+    for (c, &s) in counts.iter().zip(&shifts) {
         if c.iter().any(|&x| x as usize == n) {
             continue; // every key has the same digit here
         }
-        let mut offsets = [0u32; 256];
+        let mut offsets = [0u32; BUCKETS];
         let mut total = 0;
         for (o, &x) in offsets.iter_mut().zip(c.iter()) {
             *o = total;
             total += x;
         }
         for &item in items.iter() {
-            let b = ((key(item) >> (8 * d)) & 0xFF) as usize;
+            let b = ((key(item) >> s) as usize) & (BUCKETS - 1);
             next[offsets[b] as usize] = item;
             offsets[b] += 1;
         }
