@@ -103,16 +103,10 @@ pub fn top_alpha_set(a: &[f64], alpha: f64, order: Option<&[u32]>) -> Vec<u32> {
             *cut
         }
     };
-    match order {
-        Some(order) => order
-            .iter()
-            .take_while(|&&i| a[i as usize] >= cut)
-            .copied()
-            .collect(),
-        None => (0..a.len() as u32)
-            .filter(|&i| a[i as usize] >= cut)
-            .collect(),
-    }
+    // One pass in input order: the set comes out ascending, whatever found the cut.
+    (0..a.len() as u32)
+        .filter(|&i| a[i as usize] >= cut)
+        .collect()
 }
 
 /// k inputs drawn without replacement from the unit's top ceil(alpha N) (by the unique
