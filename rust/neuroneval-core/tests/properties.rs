@@ -2,6 +2,7 @@
 
 use neuroneval_core::concepts::DENSE_PRODUCT_DENSITY;
 use neuroneval_core::ranks::{average_precision, roc_auc};
+use neuroneval_core::unit::top_alpha_set;
 use neuroneval_core::{score_matrix, score_pairs, MatrixView, Metric, Params};
 use proptest::prelude::*;
 
@@ -42,7 +43,7 @@ fn brute_ap(labels: &[bool], scores: &[f64]) -> f64 {
     ap
 }
 
-fn tied_vector(len: usize) -> impl Strategy<Value = Vec<f64>> {
+fn tied_vector(len: impl Into<prop::collection::SizeRange>) -> impl Strategy<Value = Vec<f64>> {
     prop::collection::vec(
         prop_oneof![
             Just(0.0),
@@ -72,6 +73,19 @@ proptest! {
         } else {
             prop_assert!((ap - brute_ap(&labels, &scores)).abs() < 1e-12);
         }
+    }
+
+    /// The top-alpha set is ascending by input whether the cut came from the full order or
+    /// from a selection, so every sum over it runs in one order.
+    #[test]
+    fn top_alpha_set_is_ascending_on_both_paths(a in tied_vector(1..120), alpha in 0.001f64..=1.0) {
+        let order = neuroneval_core::ranks::sort_descending(&a);
+        let from_order = top_alpha_set(&a, alpha, Some(&order));
+        let from_selection = top_alpha_set(&a, alpha, None);
+        prop_assert_eq!(&from_order, &from_selection);
+        prop_assert!(from_order.windows(2).all(|w| w[0] < w[1]));
+        let n_top = ((alpha * a.len() as f64).ceil() as usize).max(1);
+        prop_assert!(from_order.len() >= n_top);
     }
 
     /// The sweeps of a matrix call and the pair kernel add the same terms in the same
