@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use crate::error::{CoreError, Result};
 use crate::matrix::{Element, MatrixView};
 use crate::metric::Needs;
-use crate::ranks::{midranks_from_order, robust_norm, sort_descending};
+use crate::ranks::{rank, robust_norm};
 
 /// Above this fraction of nonzero concept entries, products run as dense matrix products.
 pub const DENSE_PRODUCT_DENSITY: f64 = 0.05;
@@ -72,13 +72,11 @@ impl ConceptColumn {
         col.norm = robust_norm(col.nz_value.iter().copied(), 0.0, 0);
 
         if with_ranks {
-            // One descending sort of the nonzero entries, then midranks above the zero group.
-            let order = sort_descending(&col.nz_value);
-            let mut desc_rank = vec![0.0; nnz];
-            let mut at_least = vec![0u32; nnz];
-            midranks_from_order(&col.nz_value, &order, &mut desc_rank, &mut at_least);
-            col.nz_rank = desc_rank.iter().map(|&r| n as f64 + 1.0 - r).collect();
-            col.nz_at_least = at_least;
+            // Ranks among the nonzero entries, shifted above the zero group.
+            let r = rank(&col.nz_value);
+            let shift = col.n_zero as f64;
+            col.nz_rank = r.midrank.iter().map(|m| m + shift).collect();
+            col.nz_at_least = r.at_least;
         }
 
         let constant =

@@ -5,8 +5,8 @@
 
 use crate::concepts::ConceptColumn;
 use crate::metric::{harmonic, Metric, Needs, Params};
-use crate::ranks::{ap_with_tail, auc_from_rank_sum, robust_norm};
-use crate::unit::{midranks, UnitProfile};
+use crate::ranks::{ap_from_group_sizes, ap_with_tail, auc_from_rank_sum, rank, robust_norm};
+use crate::unit::UnitProfile;
 
 /// log(max(c, 1e-8)) clips empty concepts as the reference implementation does.
 const WPMI_FLOOR: f64 = 1e-8;
@@ -52,6 +52,68 @@ pub struct ForwardSums {
     pub ap: f64,
 }
 
+/// The running forward sums of one (unit, concept) over the top set's nonzero members;
+/// the pair kernel keeps one, the forward sweep one per concept.
+#[derive(Clone, Debug, Default)]
+pub struct ForwardAccumulator {
+    tp: usize,
+    members: usize,
+    rank_sum: f64,
+    log_sum: f64,
+    at_least: Vec<u32>,
+}
+
+impl ForwardAccumulator {
+    /// Adds a top-set member whose concept value is `value` > 0, with that entry's midrank
+    /// and threshold size.
+    #[inline(always)]
+    pub fn add(&mut self, value: f64, rank: f64, at_least: u32, needs: &Needs) {
+        self.members += 1;
+        self.tp += (value >= 0.5) as usize;
+        if needs.forward_rank_sum {
+            self.rank_sum += rank;
+        }
+        if needs.forward_log_sum {
+            self.log_sum += clipped_log(value);
+        }
+        if needs.forward_ap {
+            self.at_least.push(at_least);
+        }
+    }
+
+    /// Empties it for the next pair, keeping its buffer.
+    pub fn reset(&mut self) {
+        let mut at_least = std::mem::take(&mut self.at_least);
+        at_least.clear();
+        *self = ForwardAccumulator {
+            at_least,
+            ..Default::default()
+        };
+    }
+
+    /// The sums over all of b: the `nb - members` members where c = 0 form the lowest tie
+    /// group (rank `zero_rank`, threshold size N).
+    pub fn finish(
+        &mut self,
+        nb: usize,
+        n: usize,
+        col: &ConceptColumn,
+        needs: &Needs,
+    ) -> ForwardSums {
+        let zeros = nb - self.members;
+        ForwardSums {
+            tp: self.tp as f64,
+            rank_sum: self.rank_sum + zeros as f64 * col.zero_rank,
+            log_sum: self.log_sum + zeros as f64 * WPMI_FLOOR.ln(),
+            ap: if needs.forward_ap {
+                ap_with_tail(&mut self.at_least, nb, zeros, n)
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
 /// Sums over the concept's positive labels y (inverse metrics).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct InverseSums {
@@ -88,8 +150,20 @@ struct PairStats {
 /// Scratch space reused across the pairs a thread scores.
 #[derive(Default)]
 pub struct PairKernel {
+    forward: ForwardAccumulator,
     at_least: Vec<u32>,
     subset_c: Vec<f64>,
+}
+
+/// A nonzero entry's midrank and threshold size; absent (0) when no metric asked for ranks.
+#[inline(always)]
+fn rank_at(col: &ConceptColumn, j: usize) -> f64 {
+    col.nz_rank.get(j).copied().unwrap_or(0.0)
+}
+
+#[inline(always)]
+fn at_least_at(col: &ConceptColumn, j: usize) -> u32 {
+    col.nz_at_least.get(j).copied().unwrap_or(0)
 }
 
 /// a / b, NaN when b is 0 (SPEC section 1: undefined is NaN).
@@ -174,51 +248,28 @@ impl PairKernel {
     fn forward(&mut self, unit: &UnitProfile, col: &ConceptColumn, needs: &Needs) -> ForwardSums {
         let n = unit.n();
         let nnz = col.nz_index.len();
-        let (mut tp, mut members, mut rank_sum, mut log_sum) = (0usize, 0usize, 0.0, 0.0);
-        self.at_least.clear();
-        let mut visit = |j: usize, at_least: &mut Vec<u32>| {
-            let v = col.nz_value[j];
-            members += 1;
-            tp += (v >= 0.5) as usize;
-            if needs.forward_rank_sum {
-                rank_sum += col.nz_rank[j];
-            }
-            if needs.forward_log_sum {
-                log_sum += clipped_log(v);
-            }
-            if needs.forward_ap {
-                at_least.push(col.nz_at_least[j]);
-            }
-        };
         let nb = unit.top.len();
+        let acc = &mut self.forward;
+        acc.reset();
+        let mut visit =
+            |j: usize| acc.add(col.nz_value[j], rank_at(col, j), at_least_at(col, j), needs);
+        // The cheapest way to meet b's members among the nonzeros, in ascending input order.
         if nnz == n {
-            for &i in &unit.top {
-                visit(i as usize, &mut self.at_least);
-            }
+            unit.top.iter().for_each(|&i| visit(i as usize));
         } else if nb * (usize::BITS - nnz.leading_zeros()) as usize <= nnz {
             for &i in &unit.top {
                 if let Ok(j) = col.nz_index.binary_search(&i) {
-                    visit(j, &mut self.at_least);
+                    visit(j);
                 }
             }
         } else {
             for (j, &i) in col.nz_index.iter().enumerate() {
                 if unit.in_top[i as usize] {
-                    visit(j, &mut self.at_least);
+                    visit(j);
                 }
             }
         }
-        finish_forward(
-            tp,
-            members,
-            rank_sum,
-            log_sum,
-            &mut self.at_least,
-            nb,
-            n,
-            col,
-            needs,
-        )
+        acc.finish(nb, n, col, needs)
     }
 
     /// Sums over the concept's positive labels y: activations, their ranks, AP groups.
@@ -242,7 +293,7 @@ impl PairKernel {
             centred_sum: sum,
             rank_sum,
             ap: if needs.inverse_ap {
-                ap_with_tail(&mut self.at_least, col.n_positive(), 0, 0)
+                ap_from_group_sizes(&mut self.at_least, col.n_positive())
             } else {
                 0.0
             },
@@ -259,39 +310,8 @@ impl PairKernel {
                 .map(|&i| col.find(i, n).map_or(0.0, |j| col.nz_value[j])),
         );
         s.top_random_corr = pearson(&unit.subset_a, &self.subset_c);
-        if self.subset_c.iter().all(|&v| v == self.subset_c[0]) {
-            s.top_random_spearman = f64::NAN;
-        } else {
-            let ranks = midranks(&self.subset_c);
-            s.top_random_spearman = pearson(&unit.subset_rank, &ranks);
-        }
-    }
-}
-
-/// Completes the forward sums from the top set's nonzero members: the `nb - members`
-/// members where c = 0 form the lowest tie group (rank `zero_rank`, threshold size N).
-#[allow(clippy::too_many_arguments)]
-pub fn finish_forward(
-    tp: usize,
-    members: usize,
-    rank_sum: f64,
-    log_sum: f64,
-    at_least: &mut [u32],
-    nb: usize,
-    n: usize,
-    col: &ConceptColumn,
-    needs: &Needs,
-) -> ForwardSums {
-    let zeros = nb - members;
-    ForwardSums {
-        tp: tp as f64,
-        rank_sum: rank_sum + zeros as f64 * col.zero_rank,
-        log_sum: log_sum + zeros as f64 * WPMI_FLOOR.ln(),
-        ap: if needs.forward_ap {
-            ap_with_tail(at_least, nb, zeros, n)
-        } else {
-            0.0
-        },
+        // constant values have constant ranks, which pearson maps to NaN
+        s.top_random_spearman = pearson(&unit.subset_rank, &rank(&self.subset_c).midrank);
     }
 }
 
@@ -365,13 +385,11 @@ fn value(
                 s.fwd.log_sum / s.nb - params.lambda * col.mean.ln()
             }
         }
-        Mad => {
-            if s.ny == 0.0 || s.ny == s.n {
-                f64::NAN
-            } else {
-                s.inv.centred_sum / s.ny - (unit.centred_sum - s.inv.centred_sum) / (s.n - s.ny)
-            }
-        }
+        Mad => nan_if_degenerate(
+            s.ny,
+            s.n,
+            s.inv.centred_sum / s.ny - (unit.centred_sum - s.inv.centred_sum) / (s.n - s.ny),
+        ),
         CorrelationTopRandom => s.top_random_corr,
         SpearmanTopRandom => s.top_random_spearman,
         combined => {
@@ -386,7 +404,7 @@ fn value(
     }
 }
 
-/// AUC is undefined when the label is all 0 or all 1.
+/// AUC and mad are undefined when the label is all 0 or all 1.
 #[inline]
 fn nan_if_degenerate(positives: f64, n: f64, v: f64) -> f64 {
     if positives == 0.0 || positives == n {

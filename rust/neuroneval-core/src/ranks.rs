@@ -172,15 +172,21 @@ fn radix_sort_bits<T: Copy + Default>(
     }
 }
 
-/// From a descending order: each element's descending midrank (1 = largest, ties averaged)
-/// and the number of elements >= it (the end of its tie group).
-pub fn midranks_from_order(
-    values: &[f64],
-    order: &[u32],
-    desc_midrank: &mut [f64],
-    at_least: &mut [u32],
-) {
-    let n = order.len();
+/// A vector's ranking: its descending order (ties by index), each element's ascending
+/// midrank (1 = smallest, ties averaged) and the number of elements >= it (the end of its
+/// tie group in the order, i.e. the prediction set size at its threshold).
+pub struct Ranking {
+    pub order: Vec<u32>,
+    pub midrank: Vec<f64>,
+    pub at_least: Vec<u32>,
+}
+
+/// One sort, then one walk over the tie groups.
+pub fn rank(values: &[f64]) -> Ranking {
+    let n = values.len();
+    let order = sort_descending(values);
+    let mut midrank = vec![0.0; n];
+    let mut at_least = vec![0u32; n];
     let mut start = 0;
     while start < n {
         let v = values[order[start] as usize];
@@ -188,31 +194,32 @@ pub fn midranks_from_order(
         while end < n && values[order[end] as usize] == v {
             end += 1;
         }
-        let mid = (start + 1 + end) as f64 / 2.0;
+        // descending positions start+1..=end average (start + 1 + end) / 2
+        let mid = (n + 1) as f64 - (start + 1 + end) as f64 / 2.0;
         for &i in &order[start..end] {
-            desc_midrank[i as usize] = mid;
+            midrank[i as usize] = mid;
             at_least[i as usize] = end as u32;
         }
         start = end;
+    }
+    Ranking {
+        order,
+        midrank,
+        at_least,
     }
 }
 
 /// Mann-Whitney ROC AUC with midranks; NaN when all labels agree.
 pub fn roc_auc(labels: &[bool], scores: &[f64]) -> f64 {
-    let n = scores.len();
-    let order = sort_descending(scores);
-    let mut desc = vec![0.0; n];
-    let mut at_least = vec![0u32; n];
-    midranks_from_order(scores, &order, &mut desc, &mut at_least);
-    let mut n_pos = 0usize;
-    let mut rank_sum = 0.0;
-    for i in 0..n {
-        if labels[i] {
+    let r = rank(scores);
+    let (mut n_pos, mut rank_sum) = (0usize, 0.0);
+    for (&label, &m) in labels.iter().zip(&r.midrank) {
+        if label {
             n_pos += 1;
-            rank_sum += n as f64 + 1.0 - desc[i];
+            rank_sum += m;
         }
     }
-    auc_from_rank_sum(rank_sum, n_pos, n)
+    auc_from_rank_sum(rank_sum, n_pos, scores.len())
 }
 
 /// AUC from the sum of the positives' ascending midranks.
@@ -225,16 +232,15 @@ pub fn auc_from_rank_sum(rank_sum: f64, n_pos: usize, n: usize) -> f64 {
 
 /// Average precision over distinct score thresholds; NaN without a positive label.
 pub fn average_precision(labels: &[bool], scores: &[f64]) -> f64 {
-    let order = sort_descending(scores);
-    let mut at_least = vec![0u32; scores.len()];
-    let mut desc = vec![0.0; scores.len()];
-    midranks_from_order(scores, &order, &mut desc, &mut at_least);
-    let mut ge: Vec<u32> = (0..scores.len())
-        .filter(|&i| labels[i])
-        .map(|i| at_least[i])
+    let r = rank(scores);
+    let mut at_least: Vec<u32> = labels
+        .iter()
+        .zip(&r.at_least)
+        .filter(|(&label, _)| label)
+        .map(|(_, &g)| g)
         .collect();
-    let n_pos = ge.len();
-    ap_from_group_sizes(&mut ge, n_pos)
+    let n_pos = at_least.len();
+    ap_from_group_sizes(&mut at_least, n_pos)
 }
 
 /// Average precision from, for each positive, the size of the prediction set at its
@@ -253,9 +259,6 @@ pub fn group_weight(at_least: usize) -> f64 {
 /// As [`ap_from_group_sizes`], with `tail_count` more positives at threshold size `tail_at`,
 /// which must be at least every value in `at_least`.
 pub fn ap_with_tail(at_least: &mut [u32], n_pos: usize, tail_count: usize, tail_at: usize) -> f64 {
-    if n_pos == 0 {
-        return f64::NAN;
-    }
     at_least.sort_unstable();
     let mut ap = 0.0;
     let mut tp = 0usize;
@@ -274,7 +277,17 @@ pub fn ap_with_tail(at_least: &mut [u32], n_pos: usize, tail_count: usize, tail_
         tp += tail_count;
         ap += tail_count as f64 * tp as f64 * group_weight(tail_at);
     }
-    ap / n_pos as f64
+    finish_ap(ap, n_pos)
+}
+
+/// AP from the sum over thresholds: divided by the positives, NaN without any.
+#[inline]
+pub fn finish_ap(sum: f64, n_pos: usize) -> f64 {
+    if n_pos == 0 {
+        f64::NAN
+    } else {
+        sum / n_pos as f64
+    }
 }
 
 #[cfg(test)]
@@ -284,13 +297,10 @@ mod tests {
     #[test]
     fn midranks_average_ties() {
         let v = [3.0, 1.0, 3.0, 2.0];
-        let order = sort_descending(&v);
-        assert_eq!(order, vec![0, 2, 3, 1]);
-        let mut d = vec![0.0; 4];
-        let mut g = vec![0; 4];
-        midranks_from_order(&v, &order, &mut d, &mut g);
-        assert_eq!(d, vec![1.5, 4.0, 1.5, 3.0]);
-        assert_eq!(g, vec![2, 4, 2, 3]);
+        let r = rank(&v);
+        assert_eq!(r.order, vec![0, 2, 3, 1]);
+        assert_eq!(r.midrank, vec![3.5, 1.0, 3.5, 2.0]);
+        assert_eq!(r.at_least, vec![2, 4, 2, 3]);
     }
 
     #[test]
@@ -340,12 +350,8 @@ mod tests {
 
     #[test]
     fn negative_zero_ties_with_zero() {
-        let v = [0.0, -0.0, 1.0];
-        let order = sort_descending(&v);
-        let mut d = vec![0.0; 3];
-        let mut g = vec![0; 3];
-        midranks_from_order(&v, &order, &mut d, &mut g);
-        assert_eq!(d[0], d[1]);
+        let r = rank(&[0.0, -0.0, 1.0]);
+        assert_eq!(r.midrank, vec![1.5, 1.5, 3.0]);
     }
 
     #[test]

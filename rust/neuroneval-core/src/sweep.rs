@@ -7,8 +7,8 @@
 
 use crate::concepts::{ConceptSet, LabelIndex, RowIndex};
 use crate::metric::Needs;
-use crate::pair::{clipped_log, finish_forward, ForwardSums, InverseSums, Products};
-use crate::ranks::group_weight;
+use crate::pair::{ForwardAccumulator, ForwardSums, InverseSums, Products};
+use crate::ranks::{finish_ap, group_weight};
 use crate::unit::UnitProfile;
 
 /// Forward sums over the unit's top set, for every concept.
@@ -18,53 +18,22 @@ pub fn forward(
     rows: &RowIndex,
     needs: &Needs,
 ) -> Vec<ForwardSums> {
-    let t = set.len();
-    let (mut tp, mut members) = (vec![0usize; t], vec![0usize; t]);
-    let (mut rank_sum, mut log_sum) = (vec![0.0; t], vec![0.0; t]);
-    let mut at_least: Vec<Vec<u32>> = if needs.forward_ap {
-        vec![Vec::new(); t]
-    } else {
-        Vec::new()
-    };
+    let mut acc = vec![ForwardAccumulator::default(); set.len()];
+    let ranked = !rows.rank.is_empty();
     for &i in &unit.top {
-        let (s, e) = (rows.ptr[i as usize], rows.ptr[i as usize + 1]);
-        for j in s..e {
-            let c = rows.concept[j] as usize;
-            let v = rows.value[j];
-            members[c] += 1;
-            tp[c] += (v >= 0.5) as usize;
-            if needs.forward_rank_sum {
-                rank_sum[c] += rows.rank[j];
-            }
-            if needs.forward_log_sum {
-                log_sum[c] += clipped_log(v);
-            }
-            if needs.forward_ap {
-                at_least[c].push(rows.at_least[j]);
-            }
+        for j in rows.ptr[i as usize]..rows.ptr[i as usize + 1] {
+            let (rank, at_least) = if ranked {
+                (rows.rank[j], rows.at_least[j])
+            } else {
+                (0.0, 0)
+            };
+            acc[rows.concept[j] as usize].add(rows.value[j], rank, at_least, needs);
         }
     }
     let (nb, n) = (unit.top.len(), unit.n());
-    let mut empty = Vec::new();
-    (0..t)
-        .map(|c| {
-            let list = if needs.forward_ap {
-                &mut at_least[c]
-            } else {
-                &mut empty
-            };
-            finish_forward(
-                tp[c],
-                members[c],
-                rank_sum[c],
-                log_sum[c],
-                list,
-                nb,
-                n,
-                &set.columns[c],
-                needs,
-            )
-        })
+    acc.iter_mut()
+        .zip(&set.columns)
+        .map(|(a, col)| a.finish(nb, n, col, needs))
         .collect()
 }
 
@@ -179,16 +148,6 @@ fn prefetch<T>(p: *const T) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
-}
-
-/// AP sum / |y|, NaN without a positive label (the end of `ap_with_tail`).
-#[inline]
-fn finish_ap(sum: f64, n_pos: usize) -> f64 {
-    if n_pos == 0 {
-        f64::NAN
-    } else {
-        sum / n_pos as f64
-    }
 }
 
 /// Units whose products one pass over the concept rows accumulates together.

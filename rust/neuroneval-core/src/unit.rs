@@ -1,7 +1,7 @@
 //! Per-unit transforms: computed once per unit, shared by all of its concepts and metrics.
 
 use crate::metric::{top_count, Needs, Params};
-use crate::ranks::{lane_sum, midranks_from_order, robust_norm_slice, sort_descending};
+use crate::ranks::{lane_sum, rank, robust_norm_slice};
 use crate::rng::SplitMix64;
 
 /// What the pair kernels read about one unit a_k.
@@ -57,13 +57,13 @@ impl UnitProfile {
         p.norm = robust_norm_slice(a);
 
         if needs.order {
-            p.order = sort_descending(a);
-            let mut desc = vec![0.0; n];
-            p.at_least = vec![0; n];
-            midranks_from_order(a, &p.order, &mut desc, &mut p.at_least);
-            // ascending rank = N + 1 - descending rank; centred by (N + 1) / 2
+            let r = rank(a);
+            // centred by (N + 1) / 2, the mean rank
             let mid = (n as f64 + 1.0) / 2.0;
-            p.centred_rank = desc.iter().map(|d| mid - d).collect();
+            p.centred_rank = r.midrank;
+            p.centred_rank.iter_mut().for_each(|m| *m -= mid);
+            p.order = r.order;
+            p.at_least = r.at_least;
             p.centred_rank_norm = robust_norm_slice(&p.centred_rank);
         }
         if needs.top_set {
@@ -80,7 +80,7 @@ impl UnitProfile {
         if needs.top_random {
             p.subset = top_random_subset(&p.order, unit, params);
             p.subset_a = p.subset.iter().map(|&i| a[i as usize]).collect();
-            p.subset_rank = midranks(&p.subset_a);
+            p.subset_rank = rank(&p.subset_a).midrank;
         }
         p
     }
@@ -127,14 +127,4 @@ pub fn top_random_subset(order: &[u32], unit: usize, params: &Params) -> Vec<u32
             .map(|j| j as u32),
     );
     subset
-}
-
-/// Ascending midranks (1 = smallest) of a short vector.
-pub fn midranks(values: &[f64]) -> Vec<f64> {
-    let n = values.len();
-    let order = sort_descending(values);
-    let mut desc = vec![0.0; n];
-    let mut at_least = vec![0u32; n];
-    midranks_from_order(values, &order, &mut desc, &mut at_least);
-    desc.iter().map(|d| n as f64 + 1.0 - d).collect()
 }
