@@ -56,12 +56,12 @@ pub fn score_matrix<E: Element, C: Element>(
 ) -> Result<Scores> {
     params.validate()?;
     check_metrics(metrics)?;
-    let needs = Needs::of(metrics);
-    let concepts = ConceptSet::build(concepts, None, &needs, true)?;
-    let concepts = &concepts;
     let k = activations.cols();
     let all_units: Vec<usize> = (0..k).collect();
-    check_activations(&activations, concepts.n_inputs, &all_units)?;
+    // Cheap checks of the activations first, the concepts' transforms after.
+    check_activations(&activations, concepts.rows(), &all_units)?;
+    let needs = Needs::of(metrics);
+    let concepts = &ConceptSet::build(concepts, None, &needs, true)?;
     let t = concepts.len();
 
     let mut outputs: Scores = metrics.iter().map(|_| vec![0.0; k * t]).collect();
@@ -217,19 +217,20 @@ pub fn score_pairs<E: Element, C: Element>(
             });
         }
     }
-    // Only the concepts and units that pairs name are transformed.
-    let mut used_concepts: Vec<usize> = pairs.iter().map(|&(_, c)| c as usize).collect();
-    used_concepts.sort_unstable();
-    used_concepts.dedup();
-    let mut used_units: Vec<usize> = pairs.iter().map(|&(u, _)| u as usize).collect();
-    used_units.sort_unstable();
-    used_units.dedup();
     if pairs.is_empty() {
         return Ok(metrics.iter().map(|_| Vec::new()).collect());
     }
+    // Only the units and concepts that pairs name are checked and transformed.
+    let used = |pick: fn(&(i64, i64)) -> i64| {
+        let mut v: Vec<usize> = pairs.iter().map(|p| pick(p) as usize).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let (used_units, used_concepts) = (used(|p| p.0), used(|p| p.1));
+    check_activations(&activations, concepts.rows(), &used_units)?;
     let needs = Needs::of(metrics);
     let set = ConceptSet::build(concepts, Some(&used_concepts), &needs, false)?;
-    check_activations(&activations, set.n_inputs, &used_units)?;
 
     // Pairs grouped by unit, so each unit is transformed once.
     let mut by_unit: Vec<usize> = (0..pairs.len()).collect();

@@ -30,32 +30,34 @@ pub fn robust_norm(
     if extra_count > 0 {
         max = max.max(extra.abs());
     }
-    if max == 0.0 || !max.is_finite() {
-        return max;
-    }
-    let scale = norm_scale(max);
-    let inv = 1.0 / scale;
-    let e = extra * inv;
-    let sum = values.map(|v| (v * inv) * (v * inv)).sum::<f64>() + extra_count as f64 * e * e;
-    sum.sqrt() * scale
+    scaled_norm(max, |inv| {
+        let e = extra * inv;
+        values.map(|v| (v * inv) * (v * inv)).sum::<f64>() + extra_count as f64 * e * e
+    })
 }
 
 /// [`robust_norm`] of a long slice, with the sums in eight lanes (vectorised).
 pub fn robust_norm_slice(values: &[f64]) -> f64 {
     let max = lanes(values, 0.0, |acc, v| acc.max(v.abs()), f64::max);
-    if max == 0.0 || !max.is_finite() {
-        return max;
+    scaled_norm(max, |inv| {
+        lanes(
+            values,
+            0.0,
+            |acc, v| acc + (v * inv) * (v * inv),
+            |a, b| a + b,
+        )
+    })
+}
+
+/// sqrt(sum of (x / scale)^2) * scale for the power-of-two scale of `max_abs`; the closure
+/// gets 1 / scale and returns the sum.
+#[inline(always)]
+fn scaled_norm(max_abs: f64, scaled_square_sum: impl FnOnce(f64) -> f64) -> f64 {
+    if max_abs == 0.0 || !max_abs.is_finite() {
+        return max_abs;
     }
-    let scale = norm_scale(max);
-    let inv = 1.0 / scale;
-    lanes(
-        values,
-        0.0,
-        |acc, v| acc + (v * inv) * (v * inv),
-        |a, b| a + b,
-    )
-    .sqrt()
-        * scale
+    let scale = norm_scale(max_abs);
+    scaled_square_sum(1.0 / scale).sqrt() * scale
 }
 
 /// The sum of a long slice in eight lanes: a fixed order, independent of threads.
