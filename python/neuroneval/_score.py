@@ -105,7 +105,8 @@ def _compute(
     pairs: Any,
 ) -> dict[str, Array]:
     names = _metric_list(metrics)
-    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 1 <= k < 2**63:
+    # The core checks k >= 1; here only that it converts to an unsigned machine integer.
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 0 <= k < 2**63:
         raise ParameterError(f"k must be an integer in [1, 2^63); got {k!r}")
     args = (names, float(alpha), float(lam), int(k), float(top_alpha), _seed(seed))
     if pairs is None:

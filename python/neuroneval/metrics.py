@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
-from ._coerce import as_matrix
+from ._coerce import as_matrix, is_torch_tensor
 from ._registry import METRICS
 from ._score import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, compute
 from .errors import ShapeError
@@ -168,19 +168,22 @@ precision_balanced_accuracy = _alpha("precision_balanced_accuracy")
 precision_inverse_balanced_accuracy = _alpha("precision_inverse_balanced_accuracy")
 
 
-def _columns(x: Any, name: str) -> np.ndarray:
-    arr = np.asarray(x) if not hasattr(x, "detach") else x
-    if getattr(arr, "ndim", None) == 1:
-        arr = arr[:, None]
-    return as_matrix(arr, name)
+def _as_column(x: Any) -> Any:
+    """A 1-D vector as an (N, 1) column; anything else unchanged."""
+    arr = x if is_torch_tensor(x) else np.asarray(x)
+    return arr[:, None] if arr.ndim == 1 else arr
+
+
+def _rank_statistic(statistic: str, y_true: Any, y_score: Any) -> Array:
+    out: Array = _core.rank_statistic_columns(statistic, as_matrix(y_true, "y_true"), as_matrix(y_score, "y_score"))
+    return out
 
 
 def _single(statistic: str, y_true: Any, y_score: Any) -> float:
-    y = _columns(y_true, "y_true")
-    s = _columns(y_score, "y_score")
-    if y.shape[1] != 1 or s.shape[1] != 1:
-        raise ShapeError(f"expected 1-D y_true and y_score; got shapes {y.shape} and {s.shape}")
-    return float(_core.rank_statistic_columns(statistic, y, s)[0])
+    y, s = _as_column(y_true), _as_column(y_score)
+    if y.shape[1:] != (1,) or s.shape[1:] != (1,):
+        raise ShapeError(f"expected 1-D y_true and y_score; got shapes {tuple(y.shape)} and {tuple(s.shape)}")
+    return float(_rank_statistic(statistic, y, s)[0])
 
 
 def roc_auc_score(y_true: Any, y_score: Any) -> float:
@@ -213,13 +216,9 @@ def average_precision_score(y_true: Any, y_score: Any) -> float:
 
 def roc_auc_score_columns(y_true: Any, y_score: Any) -> Array:
     """`roc_auc_score` of each column pair of two (N, M) arrays, in parallel: shape (M,)."""
-    out: Array = _core.rank_statistic_columns("roc_auc", as_matrix(y_true, "y_true"), as_matrix(y_score, "y_score"))
-    return out
+    return _rank_statistic("roc_auc", y_true, y_score)
 
 
 def average_precision_score_columns(y_true: Any, y_score: Any) -> Array:
     """`average_precision_score` of each column pair of two (N, M) arrays: shape (M,)."""
-    out: Array = _core.rank_statistic_columns(
-        "average_precision", as_matrix(y_true, "y_true"), as_matrix(y_score, "y_score")
-    )
-    return out
+    return _rank_statistic("average_precision", y_true, y_score)
