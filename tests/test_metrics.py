@@ -655,6 +655,19 @@ def test_meta_auprc_nan_ranks_lowest() -> None:
     assert res.nan_scores == 1
 
 
+def test_meta_auprc_nan_below_extreme_scores() -> None:
+    # NaN must still rank below the most negative float and no two distinct scores may tie,
+    # however close to the float limits they are.
+    scores = np.array([[1e300, -1e300], [np.nan, 5.0], [-1.7e308, 2.0]])
+    truth = np.array([0, 1, 0])
+    y = np.zeros(scores.shape, dtype=bool)
+    y[np.arange(3), truth] = True
+    # The same order in small numbers: the rank of each score, NaN below rank 0.
+    ranks = stats.rankdata(np.where(np.isnan(scores), -np.inf, scores).ravel(), method="min")
+    expected = sk_ap(y.ravel(), ranks)
+    assert neuroneval.meta_auprc(scores, truth).value == pytest.approx(expected, abs=1e-12)
+
+
 # ---------------------------------------------------------------------------------------------
 # score(): the polars table
 # ---------------------------------------------------------------------------------------------

@@ -64,9 +64,8 @@ def meta_auprc(scores: Any, truth: Any) -> MetaAuprc:
         raise ShapeError(f"scores must be 2-D (units, concepts); got shape {s.shape}")
     y = truth_matrix(truth, s.shape)
     nan = np.isnan(s)
-    flat = s.reshape(-1, 1).copy()
-    finite = flat[~nan.reshape(-1)]
-    floor = (finite.min() - 1.0) if finite.size else 0.0
-    flat[nan.reshape(-1)] = floor
-    value = float(_core.rank_statistic_columns("average_precision", y.reshape(-1, 1).astype(np.float64), flat)[0])
+    # AP depends only on the order of the scores: rank them (ties kept), NaN below every rank.
+    _, order = np.unique(np.where(nan, -np.inf, s).reshape(-1), return_inverse=True)
+    ranks = order.astype(np.float64).reshape(-1, 1)
+    value = float(_core.rank_statistic_columns("average_precision", y.reshape(-1, 1).astype(np.float64), ranks)[0])
     return MetaAuprc(value=value, nan_scores=int(nan.sum()), pairs=int(s.size))
