@@ -121,16 +121,11 @@ fn score_block<E: Element>(
         _ => None,
     };
 
-    // Products with sparse concepts: one sweep over the concept rows per few units.
+    // Products with sparse concepts: one sweep over the concept rows for the whole block.
     let rows = concepts.rows.as_ref();
     let sparse: Option<Vec<Vec<Products>>> = rows
         .filter(|_| dense.is_none() && (needs.products || needs.rank_products))
-        .map(|r| {
-            profiles
-                .chunks(sweep::PRODUCT_UNITS)
-                .flat_map(|units| sweep::products(units, concepts, r, needs))
-                .collect()
-        });
+        .map(|r| sweep::products(&profiles, concepts, r, needs));
 
     let mut kernel = PairKernel::default();
     let mut row = vec![0.0; metrics.len()];

@@ -150,50 +150,50 @@ fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
-/// Units whose products one pass over the concept rows accumulates together.
-pub const PRODUCT_UNITS: usize = 4;
+/// Inputs whose values the product sweep copies into one row-major tile at a time.
+const PRODUCT_TILE: usize = 256;
 
-/// Products over all inputs of up to [`PRODUCT_UNITS`] units with every concept, from the
-/// concepts' nonzero entries: one read of each entry serves all the units. Returns
+/// Products over all inputs of a block of units with every concept, from the concepts'
+/// nonzero entries: one read of each entry serves all the block's units. Returns
 /// `out[u][c]`. Each sum still adds its terms in ascending input order.
+///
+/// The units' values are copied into a row-major tile (`tile[i][u]`) and the sums are kept
+/// concept-major (`acc[c][u]`), so each entry adds one contiguous vector of unit values into
+/// one contiguous vector of sums.
 pub fn products(
     units: &[UnitProfile],
     set: &ConceptSet,
     rows: &RowIndex,
     needs: &Needs,
 ) -> Vec<Vec<Products>> {
-    assert!(units.len() <= PRODUCT_UNITS);
     let t = set.len();
     let nu = units.len();
-    // Per unit one dense array per sum, side by side: raw[u * t + c].
-    let (mut raw, mut rank_cov) = (vec![0.0; nu * t], vec![0.0; nu * t]);
     let n = units.first().map_or(0, |u| u.n());
-    let mut w = [0.0; PRODUCT_UNITS];
-    for i in 0..n {
-        let (s, e) = (rows.ptr[i], rows.ptr[i + 1]);
-        if s == e {
-            continue;
-        }
-        let concepts = &rows.concept[s..e];
+    let size = |wanted: bool| if wanted { nu * t } else { 0 };
+    let (mut raw, mut rank_cov) = (
+        vec![0.0; size(needs.products)],
+        vec![0.0; size(needs.rank_products)],
+    );
+    let mut tile = vec![0.0; PRODUCT_TILE * nu];
+    for start in (0..n).step_by(PRODUCT_TILE) {
+        let end = (start + PRODUCT_TILE).min(n);
         if needs.products {
-            for (wu, u) in w.iter_mut().zip(units) {
-                *wu = u.centred[i];
-            }
-            scatter(&mut raw, t, &w[..nu], concepts, &rows.value[s..e]);
+            fill_tile(&mut tile, units.iter().map(|u| &u.centred[start..end]));
+            scatter(&mut raw, nu, &tile, rows, start..end, &rows.value);
         }
         if needs.rank_products {
-            for (wu, u) in w.iter_mut().zip(units) {
-                *wu = u.centred_rank[i];
-            }
+            fill_tile(&mut tile, units.iter().map(|u| &u.centred_rank[start..end]));
             scatter(
                 &mut rank_cov,
-                t,
-                &w[..nu],
-                concepts,
-                &rows.rank_above_zero[s..e],
+                nu,
+                &tile,
+                rows,
+                start..end,
+                &rows.rank_above_zero,
             );
         }
     }
+    let at = |sums: &[f64], u: usize, c: usize| sums.get(c * nu + u).copied().unwrap_or(0.0);
     units
         .iter()
         .enumerate()
@@ -202,19 +202,41 @@ pub fn products(
                 .iter()
                 .enumerate()
                 .map(|(c, col)| {
-                    Products::from_centred(raw[u * t + c], rank_cov[u * t + c], unit, col)
+                    Products::from_centred(at(&raw, u, c), at(&rank_cov, u, c), unit, col)
                 })
                 .collect()
         })
         .collect()
 }
 
-/// acc[u * t + c] += w[u] * x for each entry (c, x) and unit u.
+/// tile[i * nu + u] = columns[u][i]: the units' values of a run of inputs, input by input.
+fn fill_tile<'a>(tile: &mut [f64], columns: impl ExactSizeIterator<Item = &'a [f64]>) {
+    let nu = columns.len();
+    for (u, column) in columns.enumerate() {
+        for (i, &x) in column.iter().enumerate() {
+            tile[i * nu + u] = x;
+        }
+    }
+}
+
+/// acc[c * nu + u] += tile[i][u] * x for each entry (c, x) of each input i of `inputs`.
 #[inline(always)]
-fn scatter(acc: &mut [f64], t: usize, w: &[f64], concepts: &[u32], x: &[f64]) {
-    for (&c, &x) in concepts.iter().zip(x) {
-        for (u, &wu) in w.iter().enumerate() {
-            acc[u * t + c as usize] += wu * x;
+fn scatter(
+    acc: &mut [f64],
+    nu: usize,
+    tile: &[f64],
+    rows: &RowIndex,
+    inputs: std::ops::Range<usize>,
+    x: &[f64],
+) {
+    let first = inputs.start;
+    for i in inputs {
+        let values = &tile[(i - first) * nu..][..nu];
+        for j in rows.ptr[i]..rows.ptr[i + 1] {
+            let (c, x) = (rows.concept[j] as usize, x[j]);
+            for (a, &v) in acc[c * nu..][..nu].iter_mut().zip(values) {
+                *a += v * x;
+            }
         }
     }
 }
