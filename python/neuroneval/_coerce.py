@@ -18,17 +18,19 @@ def is_torch_tensor(x: object) -> bool:
 
 
 def _from_torch(x: Any) -> np.ndarray:
+    import torch  # already loaded: x is a tensor
+
     t = x.detach()
-    if not t.is_floating_point() or t.element_size() < 4:
-        # float16/bfloat16 widen exactly to float32; integers and bools to float64.
-        t = t.float() if t.is_floating_point() else t.double()
+    if not t.is_floating_point():
+        t = t.double()  # integers and bools widen exactly to float64
+    elif t.dtype == torch.bfloat16:
+        t = t.float()  # numpy has no bfloat16; it widens exactly to float32
     return np.asarray(t.cpu().numpy())
 
 
 def as_matrix(x: Any, name: str) -> npt.NDArray[np.floating[Any]]:
-    """A 2-D float32 or float64 array with non-negative strides, copying only when needed.
-
-    float16 widens to float32 and integers/bools to float64, both exactly.
+    """A 2-D float16, float32 or float64 array with non-negative strides, copying only when
+    needed. Integers and bools widen exactly to float64.
     """
     arr = _from_torch(x) if is_torch_tensor(x) else np.asarray(x)
     if arr.ndim != 2:
@@ -38,11 +40,9 @@ def as_matrix(x: Any, name: str) -> npt.NDArray[np.floating[Any]]:
         )
     if arr.dtype.byteorder not in "=|":
         arr = arr.astype(arr.dtype.newbyteorder("="))
-    if arr.dtype == np.float16:
-        arr = arr.astype(np.float32)
-    elif arr.dtype.kind in "biu":
+    if arr.dtype.kind in "biu":
         arr = arr.astype(np.float64)
-    elif arr.dtype not in (np.float32, np.float64):
+    elif arr.dtype not in (np.float16, np.float32, np.float64):
         raise DTypeError(f"{name} has dtype {arr.dtype}; expected a real floating, integer or bool dtype")
     if any(s < 0 for s in arr.strides) or any(s % arr.itemsize for s in arr.strides):
         arr = np.ascontiguousarray(arr)

@@ -10,11 +10,12 @@ import numpy.typing as npt
 import polars as pl
 
 from . import _core
-from ._coerce import as_matrix, as_pairs
+from ._coerce import as_pairs
 from ._registry import METRICS
 from .errors import EmptyInputError, ParameterError, ShapeError, UnknownMetricError
+from .sources import Source, open_activations, open_concepts
 
-__all__ = ["compute", "score", "DEFAULT_ALPHA", "DEFAULT_TOP_RANDOM_ALPHA"]
+__all__ = ["compute", "score", "check_k", "metric_list", "DEFAULT_ALPHA", "DEFAULT_TOP_RANDOM_ALPHA"]
 
 DEFAULT_ALPHA = 0.005
 DEFAULT_TOP_RANDOM_ALPHA = 0.002
@@ -22,7 +23,7 @@ DEFAULT_TOP_RANDOM_ALPHA = 0.002
 Array = npt.NDArray[np.float64]
 
 
-def _metric_list(metrics: str | Sequence[str] | None) -> list[str]:
+def metric_list(metrics: str | Sequence[str] | None) -> list[str]:
     if metrics is None:
         return list(METRICS)
     names = [metrics] if isinstance(metrics, str) else list(metrics)
@@ -34,7 +35,7 @@ def _metric_list(metrics: str | Sequence[str] | None) -> list[str]:
     return names
 
 
-def _seed(seed: int) -> int:
+def check_seed(seed: int) -> int:
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2**64:
         raise ParameterError(f"seed must be an integer in [0, 2^64); got {seed!r}")
     return int(seed)
@@ -58,10 +59,12 @@ def compute(
 
     Parameters
     ----------
-    activations : array_like, shape (N, K)
-        One column per unit; numpy or torch, float16/bfloat16/float32/float64, any strides.
-    concepts : array_like, shape (N, T)
-        Concept probabilities in [0, 1], one column per explanation.
+    activations : array_like, path or sparse matrix, shape (N, K)
+        One column per unit: numpy or torch (float16/bfloat16/float32/float64, any strides),
+        a `.npy` file or shard directory, or a `scipy.sparse` matrix (`neuroneval.sources`).
+    concepts : array_like, path or sparse matrix, shape (N, T)
+        Concept probabilities in [0, 1], one column per explanation; also a `.parquet` or
+        `.csv` table of (input, concept, probability) rows.
     metrics : str or sequence of str, optional
         Names from `neuroneval.METRICS`; all of them when omitted.
     alpha : float
@@ -85,17 +88,24 @@ def compute(
     return _compute(acts, conc, metrics, alpha, lam, k, top_alpha, seed, pairs)
 
 
-def _inputs(activations: Any, concepts: Any) -> tuple[np.ndarray, np.ndarray]:
-    acts = as_matrix(activations, "activations")
-    conc = as_matrix(concepts, "concepts")
-    if acts.shape[0] != conc.shape[0]:
-        raise ShapeError(f"activations have {acts.shape[0]} inputs (rows) but concepts have {conc.shape[0]}")
+def _inputs(activations: Any, concepts: Any) -> tuple[Source, Source]:
+    acts = open_activations(activations)
+    conc = open_concepts(concepts, n_inputs=acts.n_rows)
+    if acts.n_rows != conc.n_rows:
+        raise ShapeError(f"activations have {acts.n_rows} inputs (rows) but concepts have {conc.n_rows}")
     return acts, conc
 
 
+def check_k(k: Any) -> int:
+    """k as a machine integer; the core checks k >= 1."""
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 0 <= k < 2**63:
+        raise ParameterError(f"k must be an integer in [1, 2^63); got {k!r}")
+    return int(k)
+
+
 def _compute(
-    acts: np.ndarray,
-    conc: np.ndarray,
+    acts: Source,
+    conc: Source,
     metrics: str | Sequence[str] | None,
     alpha: float,
     lam: float,
@@ -104,15 +114,12 @@ def _compute(
     seed: int,
     pairs: Any,
 ) -> dict[str, Array]:
-    names = _metric_list(metrics)
-    # The core checks k >= 1; here only that it converts to an unsigned machine integer.
-    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 0 <= k < 2**63:
-        raise ParameterError(f"k must be an integer in [1, 2^63); got {k!r}")
-    args = (names, float(alpha), float(lam), int(k), float(top_alpha), _seed(seed))
+    names = metric_list(metrics)
+    args = (names, float(alpha), float(lam), check_k(k), float(top_alpha), check_seed(seed))
     if pairs is None:
-        values = _core.score_matrix(acts, conc, *args)
+        values = _core.score_matrix(acts.core, conc.core, *args)
     else:
-        values = _core.score_pairs(acts, conc, as_pairs(pairs), *args)
+        values = _core.score_pairs(acts.core, conc.core, as_pairs(pairs), *args)
     return dict(zip(names, values, strict=True))
 
 
@@ -145,10 +152,12 @@ def score(
     (2, 3)
     """
     acts, conc = _inputs(activations, concepts)
-    n_units, n_concepts = acts.shape[1], conc.shape[1]
+    n_units, n_concepts = acts.n_columns, conc.n_columns
     for names, count, what in ((unit_names, n_units, "unit_names"), (concept_names, n_concepts, "concept_names")):
         if names is not None and len(names) != count:
             raise ShapeError(f"{what} has {len(names)} entries for {count} columns")
+    unit_names = acts.names if unit_names is None else unit_names
+    concept_names = conc.names if concept_names is None else concept_names
     pair_array = None if pairs is None else as_pairs(pairs)
     values = _compute(acts, conc, metrics, alpha, lam, k, top_alpha, seed, pair_array)
     if pair_array is None:

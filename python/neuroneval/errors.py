@@ -15,6 +15,8 @@ __all__ = [
     "UnknownMetricError",
     "LabelError",
     "DTypeError",
+    "SourceError",
+    "ResumeError",
 ]
 
 
@@ -60,3 +62,12 @@ class LabelError(InvalidInputError):
 
 class DTypeError(InvalidInputError):
     """An array whose dtype cannot be read as numbers."""
+
+
+class SourceError(InvalidInputError):
+    """A file or directory that cannot be read as activations or concepts (a corrupt `.npy`,
+    a bad shard manifest, an unreadable concept table)."""
+
+
+class ResumeError(InvalidInputError):
+    """An output whose unfinished run was started with different arguments or data."""

@@ -7,9 +7,9 @@
 use rayon::prelude::*;
 
 use crate::error::{CoreError, Result};
-use crate::matrix::{Element, MatrixView};
 use crate::metric::Needs;
 use crate::ranks::{rank, robust_norm};
+use crate::source::MatrixSource;
 
 /// Above this fraction of nonzero concept entries, products run as dense matrix products.
 pub const DENSE_PRODUCT_DENSITY: f64 = 0.05;
@@ -124,6 +124,8 @@ pub struct ConceptSet {
     pub rows: Option<RowIndex>,
     /// The positive labels by input: row i lists the concepts with c_i >= 0.5.
     pub labels: LabelIndex,
+    /// The needs whose matrix indexes were built (None for a pairs call's set).
+    pub built_for: Option<Needs>,
 }
 
 /// Concept entries grouped by input (CSR): entries of row i at ptr[i]..ptr[i+1],
@@ -218,8 +220,8 @@ impl ConceptSet {
     /// matrix (all of them when `selected` is None); `columns[j]` is `selected[j]`'s transform.
     /// Builds only what metrics with these `needs` read. `for_matrix` adds the indexes a call
     /// over all pairs sweeps (rows or dense copies, labels); a call over a few pairs skips them.
-    pub fn build<E: Element>(
-        concepts: MatrixView<'_, E>,
+    pub fn build(
+        concepts: &dyn MatrixSource,
         selected: Option<&[usize]>,
         needs: &Needs,
         for_matrix: bool,
@@ -244,51 +246,14 @@ impl ConceptSet {
                 "{n} inputs exceed the limit of 2^32 - 1"
             )));
         }
-        // One pass over the rows per block of concepts: validate and keep the nonzeros.
+        // One pass over the rows per block of concepts: keep the nonzeros, then validate.
         let built: Vec<Result<Vec<ConceptColumn>>> = selected
             .par_chunks(CONCEPT_BLOCK)
             .map(|block| {
                 let mut index: Vec<Vec<u32>> = vec![Vec::new(); block.len()];
                 let mut value: Vec<Vec<f64>> = vec![Vec::new(); block.len()];
-                // A block of consecutive columns of a row-major matrix is one slice per row.
-                let consecutive = block.windows(2).all(|w| w[1] == w[0] + 1);
-                let span = block[0]..block[block.len() - 1] + 1;
-                for i in 0..n {
-                    match concepts
-                        .row_segment(i, span.clone())
-                        .filter(|_| consecutive)
-                    {
-                        Some(row) => {
-                            // Concepts are mostly 0: skip all-zero runs with a branch-free test.
-                            for (r, run) in row.chunks(16).enumerate() {
-                                if run.iter().map(|v| (v.to_f64() != 0.0) as u32).sum::<u32>() != 0
-                                {
-                                    for (jj, &v) in run.iter().enumerate() {
-                                        let j = r * 16 + jj;
-                                        keep_nonzero(
-                                            i,
-                                            block[j],
-                                            v.to_f64(),
-                                            &mut index[j],
-                                            &mut value[j],
-                                        )?;
-                                    }
-                                }
-                            }
-                        }
-                        None => {
-                            for (j, &c) in block.iter().enumerate() {
-                                keep_nonzero(
-                                    i,
-                                    c,
-                                    concepts.get(i, c),
-                                    &mut index[j],
-                                    &mut value[j],
-                                )?;
-                            }
-                        }
-                    }
-                }
+                concepts.nonzeros_into(block, &mut index, &mut value);
+                first_bad_value(block, &index, &value)?;
                 Ok(index
                     .into_iter()
                     .zip(value)
@@ -336,7 +301,22 @@ impl ConceptSet {
             dense,
             rows,
             labels,
+            built_for: for_matrix.then_some(*needs),
         })
+    }
+
+    /// Fails unless this set was built for a matrix call with exactly these needs, so a
+    /// prepared set never meets a metric whose indexes it lacks.
+    pub fn check_prepared_for(&self, needs: &Needs) -> Result<()> {
+        if self.built_for.as_ref() == Some(needs) {
+            Ok(())
+        } else {
+            Err(CoreError::Parameter {
+                name: "metrics",
+                value: "a list other than the concepts were prepared for".into(),
+                reason: "prepare the concepts with the same metrics as the scoring call",
+            })
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -383,23 +363,21 @@ impl DenseConcepts {
     }
 }
 
-/// Validates one concept value and keeps it if it is nonzero.
-#[inline(always)]
-fn keep_nonzero(
-    row: usize,
-    column: usize,
-    v: f64,
-    index: &mut Vec<u32>,
-    value: &mut Vec<f64>,
-) -> Result<()> {
-    if v != 0.0 {
-        if !(0.0..=1.0).contains(&v) {
-            return Err(bad_concept(row, column, v));
+/// The block's first value outside [0, 1] (NaN included) in row-major order, as an error.
+fn first_bad_value(block: &[usize], index: &[Vec<u32>], value: &[Vec<f64>]) -> Result<()> {
+    let mut first: Option<(usize, usize, f64)> = None;
+    for ((&column, idx), val) in block.iter().zip(index).zip(value) {
+        if let Some((&row, &v)) = idx.iter().zip(val).find(|(_, v)| !(0.0..=1.0).contains(*v)) {
+            let here = (row as usize, column, v);
+            if first.is_none_or(|f| (here.0, here.1) < (f.0, f.1)) {
+                first = Some(here);
+            }
         }
-        index.push(row as u32);
-        value.push(v);
     }
-    Ok(())
+    match first {
+        None => Ok(()),
+        Some((row, column, v)) => Err(bad_concept(row, column, v)),
+    }
 }
 
 fn bad_concept(row: usize, column: usize, value: f64) -> CoreError {

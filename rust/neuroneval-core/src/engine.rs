@@ -5,21 +5,24 @@ use rayon::prelude::*;
 
 use crate::concepts::ConceptSet;
 use crate::error::{CoreError, Result};
-use crate::matrix::{Element, MatrixView};
 use crate::metric::{Metric, Needs, Params};
 use crate::pair::{PairKernel, Precomputed, Products};
+use crate::source::MatrixSource;
 use crate::sweep;
 use crate::unit::UnitProfile;
 
-/// Units transformed and multiplied together. Fixed, so that no result depends on how many
-/// threads run: every output value is computed by the same sequence of operations.
-pub const UNIT_BLOCK: usize = 32;
+/// Units transformed and multiplied together: 32, fewer when N is so large that 32 units'
+/// transforms would take more than a few hundred megabytes. It depends on N only, never on
+/// the threads, so every output value is computed by the same sequence of operations.
+pub fn unit_block(n_inputs: usize) -> usize {
+    (8_000_000 / n_inputs.max(1)).clamp(4, 32)
+}
 
 /// Scores in metric order: `values[m][k * T + t]` for a matrix call, `values[m][p]` for pairs.
 pub type Scores = Vec<Vec<f64>>;
 
-fn check_activations<E: Element>(
-    activations: &MatrixView<'_, E>,
+fn check_activations(
+    activations: &dyn MatrixSource,
     n_inputs: usize,
     units: &[usize],
 ) -> Result<()> {
@@ -48,30 +51,47 @@ fn check_metrics(metrics: &[Metric]) -> Result<()> {
 
 /// Every metric for every (unit, concept) pair of (N, K) activations and (N, T) concepts:
 /// `values[m][k * T + t]`.
-pub fn score_matrix<E: Element, C: Element>(
-    activations: MatrixView<'_, E>,
-    concepts: MatrixView<'_, C>,
+pub fn score_matrix(
+    activations: &dyn MatrixSource,
+    concepts: &dyn MatrixSource,
     metrics: &[Metric],
     params: &Params,
 ) -> Result<Scores> {
     params.validate()?;
     check_metrics(metrics)?;
+    let all_units: Vec<usize> = (0..activations.cols()).collect();
+    // Cheap checks of the activations first, the concepts' transforms after.
+    check_activations(activations, concepts.rows(), &all_units)?;
+    let concepts = ConceptSet::build(concepts, None, &Needs::of(metrics), true)?;
+    score_matrix_with(activations, &concepts, metrics, params)
+}
+
+/// [`score_matrix`] against concepts transformed once by [`ConceptSet::build`] (with
+/// `for_matrix` and the needs of these metrics), for callers that score many blocks of units.
+pub fn score_matrix_with(
+    activations: &dyn MatrixSource,
+    concepts: &ConceptSet,
+    metrics: &[Metric],
+    params: &Params,
+) -> Result<Scores> {
+    params.validate()?;
+    check_metrics(metrics)?;
+    let needs = Needs::of(metrics);
+    concepts.check_prepared_for(&needs)?;
     let k = activations.cols();
     let all_units: Vec<usize> = (0..k).collect();
-    // Cheap checks of the activations first, the concepts' transforms after.
-    check_activations(&activations, concepts.rows(), &all_units)?;
-    let needs = Needs::of(metrics);
-    let concepts = &ConceptSet::build(concepts, None, &needs, true)?;
+    check_activations(activations, concepts.n_inputs, &all_units)?;
     let t = concepts.len();
+    let block = unit_block(concepts.n_inputs);
 
     let mut outputs: Scores = metrics.iter().map(|_| vec![0.0; k * t]).collect();
     // Per block, one mutable slice of each metric's output.
     let mut per_metric: Vec<std::slice::ChunksMut<'_, f64>> = outputs
         .iter_mut()
-        .map(|o| o.chunks_mut(UNIT_BLOCK * t))
+        .map(|o| o.chunks_mut(block * t))
         .collect();
     let mut blocks: Vec<(usize, Vec<&mut [f64]>)> = Vec::new();
-    for start in (0..k).step_by(UNIT_BLOCK) {
+    for start in (0..k).step_by(block) {
         let slices = per_metric
             .iter_mut()
             .map(|it| it.next().expect("one chunk per block"))
@@ -80,9 +100,9 @@ pub fn score_matrix<E: Element, C: Element>(
     }
 
     blocks.into_par_iter().for_each(|(start, mut outs)| {
-        let units: Vec<usize> = (start..(start + UNIT_BLOCK).min(k)).collect();
+        let units: Vec<usize> = (start..(start + block).min(k)).collect();
         score_block(
-            &activations,
+            activations,
             concepts,
             &units,
             &needs,
@@ -96,8 +116,8 @@ pub fn score_matrix<E: Element, C: Element>(
 
 /// Transforms the block's units, multiplies them with dense concepts if there are any,
 /// then runs the pair kernel for each (unit, concept).
-fn score_block<E: Element>(
-    activations: &MatrixView<'_, E>,
+fn score_block(
+    activations: &dyn MatrixSource,
     concepts: &ConceptSet,
     units: &[usize],
     needs: &Needs,
@@ -191,9 +211,9 @@ fn dense_products(
 }
 
 /// Every metric for each listed (unit, concept) pair; costs only what those pairs cost.
-pub fn score_pairs<E: Element, C: Element>(
-    activations: MatrixView<'_, E>,
-    concepts: MatrixView<'_, C>,
+pub fn score_pairs(
+    activations: &dyn MatrixSource,
+    concepts: &dyn MatrixSource,
     pairs: &[(i64, i64)],
     metrics: &[Metric],
     params: &Params,
@@ -223,7 +243,7 @@ pub fn score_pairs<E: Element, C: Element>(
         v
     };
     let (used_units, used_concepts) = (used(|p| p.0), used(|p| p.1));
-    check_activations(&activations, concepts.rows(), &used_units)?;
+    check_activations(activations, concepts.rows(), &used_units)?;
     let needs = Needs::of(metrics);
     let set = ConceptSet::build(concepts, Some(&used_concepts), &needs, false)?;
 

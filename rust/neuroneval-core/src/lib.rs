@@ -14,11 +14,13 @@ pub mod pair;
 pub mod ranks;
 pub mod rng;
 pub mod single;
+pub mod source;
 pub mod sweep;
 pub mod unit;
 
 pub use concepts::ConceptSet;
-pub use engine::{score_matrix, score_pairs, Scores};
+pub use engine::{score_matrix, score_matrix_with, score_pairs, Scores};
 pub use error::{CoreError, Result};
 pub use matrix::{Element, MatrixView};
-pub use metric::{Metric, Params};
+pub use metric::{Metric, Needs, Params};
+pub use source::{MatrixSource, RowShards, SparseColumns};

@@ -22,6 +22,14 @@ impl Element for f64 {
     }
 }
 
+impl Element for half::f16 {
+    /// Exact: every half-precision value is a double.
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self.to_f64()
+    }
+}
+
 impl Element for f32 {
     #[inline(always)]
     fn to_f64(self) -> f64 {
@@ -112,10 +120,11 @@ impl<'a, E: Element> MatrixView<'a, E> {
         self.data[row * self.row_stride + col * self.col_stride].to_f64()
     }
 
-    /// Copies the listed columns into `out` as contiguous f64 vectors (`rows` each).
+    /// Copies the listed columns into `out` as f64 vectors: column j's rows at
+    /// `out[j * out_rows ..][..rows]` (`out_rows` >= rows leaves room for other row ranges).
     /// Walks rows in order so that a row-major source is read sequentially.
-    pub fn columns_into(&self, cols: &[usize], out: &mut [f64]) {
-        debug_assert_eq!(out.len(), cols.len() * self.rows);
+    pub fn columns_into_at(&self, cols: &[usize], out: &mut [f64], out_rows: usize) {
+        debug_assert!(cols.is_empty() || out.len() >= (cols.len() - 1) * out_rows + self.rows);
         let consecutive = !cols.is_empty() && cols.windows(2).all(|w| w[1] == w[0] + 1);
         if consecutive && self.col_stride == 1 {
             // Tiles of 64 rows: the tile's row segments stay in L1 while each column's 64
@@ -124,7 +133,7 @@ impl<'a, E: Element> MatrixView<'a, E> {
             for start in (0..self.rows).step_by(64) {
                 let end = (start + 64).min(self.rows);
                 for j in 0..cols.len() {
-                    let dst = &mut out[j * self.rows + start..j * self.rows + end];
+                    let dst = &mut out[j * out_rows + start..j * out_rows + end];
                     for (d, i) in dst.iter_mut().zip(start..end) {
                         *d = self.data[i * self.row_stride + span.start + j].to_f64();
                     }
@@ -135,7 +144,50 @@ impl<'a, E: Element> MatrixView<'a, E> {
         for i in 0..self.rows {
             let base = i * self.row_stride;
             for (j, &c) in cols.iter().enumerate() {
-                out[j * self.rows + i] = self.data[base + c * self.col_stride].to_f64();
+                out[j * out_rows + i] = self.data[base + c * self.col_stride].to_f64();
+            }
+        }
+    }
+
+    /// Appends each listed column's nonzero entries (NaN included) to `index[j]` (as
+    /// `row + row_offset`) and `value[j]`, rows ascending.
+    pub fn nonzeros_into_at(
+        &self,
+        cols: &[usize],
+        index: &mut [Vec<u32>],
+        value: &mut [Vec<f64>],
+        row_offset: usize,
+    ) {
+        // Consecutive columns of a row-major matrix are one slice per row.
+        let consecutive = !cols.is_empty() && cols.windows(2).all(|w| w[1] == w[0] + 1);
+        let span = cols.first().map_or(0..0, |&c| c..cols[cols.len() - 1] + 1);
+        for i in 0..self.rows {
+            let row = (i + row_offset) as u32;
+            match self.row_segment(i, span.clone()).filter(|_| consecutive) {
+                Some(segment) => {
+                    // Mostly zeros: skip all-zero runs with a branch-free test.
+                    for (r, run) in segment.chunks(16).enumerate() {
+                        if run.iter().map(|v| (v.to_f64() != 0.0) as u32).sum::<u32>() == 0 {
+                            continue;
+                        }
+                        for (jj, &v) in run.iter().enumerate() {
+                            let v = v.to_f64();
+                            if v != 0.0 {
+                                index[r * 16 + jj].push(row);
+                                value[r * 16 + jj].push(v);
+                            }
+                        }
+                    }
+                }
+                None => {
+                    for (j, &c) in cols.iter().enumerate() {
+                        let v = self.get(i, c);
+                        if v != 0.0 {
+                            index[j].push(row);
+                            value[j].push(v);
+                        }
+                    }
+                }
             }
         }
     }

@@ -115,7 +115,7 @@ impl Metric {
 }
 
 /// Which intermediate quantities a set of metrics needs; computed once per unit and pair.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Needs {
     /// The unit's top-alpha set.
     pub top_set: bool,

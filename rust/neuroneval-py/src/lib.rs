@@ -3,10 +3,15 @@
 
 use std::sync::{Arc, Mutex};
 
+use half::f16;
 use neuroneval_core::single::{self, RankStatistic};
-use neuroneval_core::{CoreError, Element, MatrixView, Metric, Params};
+use neuroneval_core::{
+    ConceptSet, CoreError, Element, MatrixSource, MatrixView, Metric, Needs, Params, RowShards,
+    SparseColumns,
+};
 use numpy::{
-    IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray2, PyUntypedArrayMethods,
+    IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2,
+    PyUntypedArrayMethods,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyType;
@@ -17,11 +22,12 @@ use rayon::{ThreadPool, ThreadPoolBuilder};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// A 2-D float array of either supported dtype, borrowed read-only from numpy.
+/// A 2-D float array of a supported dtype, borrowed read-only from numpy.
 #[derive(FromPyObject)]
 enum FloatMatrix<'py> {
     F64(PyReadonlyArray2<'py, f64>),
     F32(PyReadonlyArray2<'py, f32>),
+    F16(PyReadonlyArray2<'py, f16>),
 }
 
 /// A strided core view of a numpy array, without copying.
@@ -63,8 +69,110 @@ macro_rules! with_view {
                 let $v = view(x, $name)?;
                 $body
             }
+            FloatMatrix::F16(x) => {
+                let $v = view(x, $name)?;
+                $body
+            }
         }
     };
+}
+
+/// A contiguous 1-D float array of a supported dtype (the values of a sparse matrix).
+#[derive(FromPyObject)]
+enum FloatVector<'py> {
+    F64(PyReadonlyArray1<'py, f64>),
+    F32(PyReadonlyArray1<'py, f32>),
+    F16(PyReadonlyArray1<'py, f16>),
+}
+
+/// A matrix as Python hands it over: one array (in memory or memory-mapped), a CSC tuple
+/// `(rows, indptr, indices, values)`, or a list of arrays stacked along the rows.
+#[derive(FromPyObject)]
+enum SourceArg<'py> {
+    Dense(FloatMatrix<'py>),
+    Sparse(
+        (
+            usize,
+            PyReadonlyArray1<'py, i64>,
+            PyReadonlyArray1<'py, i64>,
+            FloatVector<'py>,
+        ),
+    ),
+    Shards(Vec<FloatMatrix<'py>>),
+}
+
+/// Concepts as a matrix, or transformed once by `prepare_concepts`.
+#[derive(FromPyObject)]
+enum ConceptsArg<'py> {
+    Prepared(Bound<'py, PreparedConcepts>),
+    Source(SourceArg<'py>),
+}
+
+/// Concepts validated and transformed once, for scoring many blocks of units against them.
+#[pyclass(frozen, module = "neuroneval._core")]
+struct PreparedConcepts {
+    set: ConceptSet,
+}
+
+#[pymethods]
+impl PreparedConcepts {
+    /// (N, T): the number of inputs and of concepts.
+    #[getter]
+    fn shape(&self) -> (usize, usize) {
+        (self.set.n_inputs, self.set.len())
+    }
+}
+
+fn slice<'a, T: numpy::Element>(a: &'a PyReadonlyArray1<'_, T>, what: &str) -> PyResult<&'a [T]> {
+    a.as_slice().map_err(|_| {
+        to_py_err(CoreError::Shape(format!(
+            "{what} must be a contiguous 1-D array"
+        )))
+    })
+}
+
+/// The core source that reads `arg` in place.
+fn source<'a>(arg: &'a SourceArg<'_>, name: &str) -> PyResult<Box<dyn MatrixSource + 'a>> {
+    Ok(match arg {
+        SourceArg::Dense(m) => with_view!(m, name, |v| Box::new(v) as Box<dyn MatrixSource>),
+        SourceArg::Sparse((rows, indptr, indices, values)) => {
+            let (indptr, indices) = (slice(indptr, name)?, slice(indices, name)?);
+            macro_rules! sparse {
+                ($v:expr) => {
+                    Box::new(
+                        SparseColumns::new(*rows, indptr, indices, slice($v, name)?)
+                            .map_err(to_py_err)?,
+                    ) as Box<dyn MatrixSource>
+                };
+            }
+            match values {
+                FloatVector::F64(v) => sparse!(v),
+                FloatVector::F32(v) => sparse!(v),
+                FloatVector::F16(v) => sparse!(v),
+            }
+        }
+        SourceArg::Shards(list) => {
+            macro_rules! shards {
+                ($variant:ident) => {{
+                    let views = list
+                        .iter()
+                        .map(|m| match m {
+                            FloatMatrix::$variant(x) => view(x, name),
+                            _ => Err(to_py_err(CoreError::Shape(format!(
+                                "the shards of {name} must all have the same dtype"
+                            )))),
+                        })
+                        .collect::<PyResult<Vec<_>>>()?;
+                    Box::new(RowShards::new(views).map_err(to_py_err)?) as Box<dyn MatrixSource>
+                }};
+            }
+            match list.first() {
+                Some(FloatMatrix::F32(_)) => shards!(F32),
+                Some(FloatMatrix::F16(_)) => shards!(F16),
+                _ => shards!(F64),
+            }
+        }
+    })
 }
 
 /// Maps a core error onto the Python hierarchy in `neuroneval.errors`.
@@ -146,14 +254,30 @@ fn params(alpha: f64, lam: f64, k: usize, top_alpha: f64, seed: u64) -> Params {
     }
 }
 
+/// Validates and transforms concepts once for matrix calls with these metrics.
+#[pyfunction]
+fn prepare_concepts(
+    py: Python<'_>,
+    concepts: SourceArg<'_>,
+    metrics: Vec<String>,
+) -> PyResult<PreparedConcepts> {
+    let metrics = parse_metrics(&metrics)?;
+    let c = source(&concepts, "concepts")?;
+    let c = &*c;
+    let set = run(py, || {
+        ConceptSet::build(c, None, &Needs::of(&metrics), true)
+    })?;
+    Ok(PreparedConcepts { set })
+}
+
 /// Every requested metric for all (unit, concept) pairs: a list of (K, T) float64 arrays.
 #[pyfunction]
 #[pyo3(signature = (activations, concepts, metrics, alpha, lam, k, top_alpha, seed))]
 #[allow(clippy::too_many_arguments)]
 fn score_matrix<'py>(
     py: Python<'py>,
-    activations: FloatMatrix<'py>,
-    concepts: FloatMatrix<'py>,
+    activations: SourceArg<'py>,
+    concepts: ConceptsArg<'py>,
     metrics: Vec<String>,
     alpha: f64,
     lam: f64,
@@ -163,15 +287,26 @@ fn score_matrix<'py>(
 ) -> PyResult<Vec<Bound<'py, PyArray2<f64>>>> {
     let metrics = parse_metrics(&metrics)?;
     let params = params(alpha, lam, k, top_alpha, seed);
-    let (units, n_concepts, scores) = with_view!(&activations, "activations", |a| {
-        with_view!(&concepts, "concepts", |c| {
-            let (units, n_concepts) = (a.cols(), c.cols());
+    let a = source(&activations, "activations")?;
+    let a = &*a;
+    let (scores, n_concepts) = match &concepts {
+        ConceptsArg::Prepared(prepared) => {
+            let set = &prepared.get().set;
+            let scores = run(py, || {
+                neuroneval_core::score_matrix_with(a, set, &metrics, &params)
+            })?;
+            (scores, set.len())
+        }
+        ConceptsArg::Source(arg) => {
+            let c = source(arg, "concepts")?;
+            let c = &*c;
             let scores = run(py, || {
                 neuroneval_core::score_matrix(a, c, &metrics, &params)
             })?;
-            (units, n_concepts, scores)
-        })
-    });
+            (scores, c.cols())
+        }
+    };
+    let units = a.cols();
     scores
         .into_iter()
         .map(|s| s.into_pyarray(py).reshape([units, n_concepts]))
@@ -184,8 +319,8 @@ fn score_matrix<'py>(
 #[allow(clippy::too_many_arguments)]
 fn score_pairs<'py>(
     py: Python<'py>,
-    activations: FloatMatrix<'py>,
-    concepts: FloatMatrix<'py>,
+    activations: SourceArg<'py>,
+    concepts: SourceArg<'py>,
     pairs: PyReadonlyArray2<'py, i64>,
     metrics: Vec<String>,
     alpha: f64,
@@ -207,13 +342,14 @@ fn score_pairs<'py>(
     let list: Vec<(i64, i64)> = (0..pair_view.rows())
         .map(|p| (pair_view.get_raw(p, 0), pair_view.get_raw(p, 1)))
         .collect();
-    let scores = with_view!(&activations, "activations", |a| {
-        with_view!(&concepts, "concepts", |c| {
-            run(py, || {
-                neuroneval_core::score_pairs(a, c, &list, &metrics, &params)
-            })?
-        })
-    });
+    let (a, c) = (
+        source(&activations, "activations")?,
+        source(&concepts, "concepts")?,
+    );
+    let (a, c) = (&*a, &*c);
+    let scores = run(py, || {
+        neuroneval_core::score_pairs(a, c, &list, &metrics, &params)
+    })?;
     Ok(scores.into_iter().map(|s| s.into_pyarray(py)).collect())
 }
 
@@ -256,6 +392,8 @@ fn num_threads() -> usize {
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PreparedConcepts>()?;
+    m.add_function(wrap_pyfunction!(prepare_concepts, m)?)?;
     m.add_function(wrap_pyfunction!(score_matrix, m)?)?;
     m.add_function(wrap_pyfunction!(score_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(rank_statistic_columns, m)?)?;

@@ -1,0 +1,502 @@
+"""Where activations and concepts come from: arrays, `.npy` files, shard directories, sparse.
+
+Every function that scores (`compute`, `score`, `evaluate`, the CLI) accepts any of these and
+hands the core a view it reads in place; nothing is densified or copied whole first.
+
+Activations (N inputs x K units):
+
+- a numpy array or torch tensor (float16/bfloat16/float32/float64, any strides);
+- a path to a `.npy` file, opened as a memory map (float16, float32, float64);
+- a path to a shard directory: row shards that stack along N, described by `manifest.json`
+  (see `write_shards`), either dense `.npy` shards or sparse `(row, unit, value)` triplets;
+- a `scipy.sparse` matrix or array (CSR, CSC, COO, ...): absent entries are zeros, and zeros
+  are a real value that forms one tie group (SPEC section 1).
+
+Concepts (N inputs x T concepts) take the same forms, plus a `.parquet` or `.csv` table of
+`(input, concept, probability)` rows (see `read_concept_table`).
+
+Examples
+--------
+>>> import numpy as np, scipy.sparse as sp, neuroneval
+>>> from neuroneval.sources import open_activations
+>>> a = sp.csr_matrix(np.array([[0.0, 2.0], [1.5, 0.0], [0.0, 0.0]]))
+>>> src = open_activations(a)
+>>> src.kind, src.shape
+('sparse', (3, 2))
+>>> c = np.array([[1.0], [0.0], [0.0]])
+>>> float(neuroneval.compute(a, c, ["auc"])["auc"][1, 0])
+1.0
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._coerce import as_matrix
+from .errors import DTypeError, EmptyInputError, ShapeError, SourceError
+
+__all__ = [
+    "MANIFEST",
+    "Source",
+    "open_activations",
+    "open_concepts",
+    "read_concept_table",
+    "read_names",
+    "write_shards",
+]
+
+MANIFEST = "manifest.json"
+_FORMAT = "neuroneval-shards"
+_FILE_DTYPES = (np.float16, np.float32, np.float64)
+CoreSparse = tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[Any]]
+
+
+@dataclass(frozen=True)
+class Source:
+    """An (N, K) matrix as the core reads it, with where it came from.
+
+    `core` is what the extension takes: one array (possibly a memory map), a list of row
+    shards, or a CSC tuple `(rows, indptr, indices, values)`. `files` are the files it reads
+    (empty for data in memory); `names` are the column names the source carries, if any.
+    """
+
+    kind: str
+    shape: tuple[int, int]
+    core: Any
+    dtype: np.dtype[Any]
+    names: list[str] | None = None
+    files: tuple[Path, ...] = ()
+    origin: str = "in-memory data"
+    _digest: str | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def n_rows(self) -> int:
+        return self.shape[0]
+
+    @property
+    def n_columns(self) -> int:
+        return self.shape[1]
+
+    @property
+    def row_major_files(self) -> bool:
+        """True when the data are row-major files, where reading a block of columns would
+        read every file page again: `evaluate` transposes those once into block files."""
+        return self.kind in ("npy", "shards") and not (
+            self.kind == "npy" and bool(self.core.flags.f_contiguous) and not self.core.flags.c_contiguous
+        )
+
+    def columns(self, start: int, stop: int) -> Source:
+        """Columns [start, stop) as a source reading the same data (no copy of the values)."""
+        if not 0 <= start < stop <= self.n_columns:
+            raise ShapeError(f"columns [{start}, {stop}) are outside 0..{self.n_columns}")
+        names = None if self.names is None else self.names[start:stop]
+        if isinstance(self.core, tuple):
+            rows, indptr, indices, values = self.core
+            lo, hi = int(indptr[start]), int(indptr[stop])
+            core: Any = (rows, indptr[start : stop + 1] - lo, indices[lo:hi], values[lo:hi])
+        elif isinstance(self.core, list):
+            core = [s[:, start:stop] for s in self.core]
+        else:
+            core = self.core[:, start:stop]
+        return replace(self, shape=(self.n_rows, stop - start), core=core, names=names)
+
+    def row_chunks(self, rows: int) -> Iterator[np.ndarray]:
+        """Dense row-major chunks of about `rows` rows, in order, each read once from disk
+        into memory (plain reads, not a memory map, so nothing stays resident)."""
+        if self.kind == "npy":
+            yield from _npy_row_chunks(self.files[0], rows)
+        elif self.kind == "shards":
+            for f in self.files:
+                yield from _npy_row_chunks(f, rows)
+        elif isinstance(self.core, np.ndarray):
+            for s in range(0, self.n_rows, rows):
+                yield np.asarray(self.core[s : s + rows])
+        else:
+            raise SourceError(f"{self.kind} data cannot be read by rows")
+
+    def fingerprint(self) -> str:
+        """Identifies the data: files by path, size and modification time; data in memory by
+        a hash of its contents."""
+        h = hashlib.blake2b(digest_size=16)
+        h.update(json.dumps([self.kind, list(self.shape), str(self.dtype), self.names]).encode())
+        if self.files:
+            for f in self.files:
+                st = f.stat()
+                h.update(f"{f.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
+        elif self._digest is not None:
+            h.update(self._digest.encode())
+        else:
+            parts = list(self.core[1:]) if isinstance(self.core, tuple) else [self.core]
+            for p in parts:
+                _hash_array(h, np.asarray(p))
+        return h.hexdigest()
+
+
+def _hash_array(h: Any, a: np.ndarray) -> None:
+    h.update(f"{a.shape}{a.strides}".encode())
+    # Row blocks keep the temporary copies small for strided arrays.
+    flat = a.reshape(a.shape[0], -1) if a.ndim > 1 else a.reshape(-1, 1)
+    step = max(1, (64 << 20) // max(1, flat.shape[1] * a.itemsize))
+    for s in range(0, flat.shape[0], step):
+        h.update(np.ascontiguousarray(flat[s : s + step]).tobytes())
+
+
+def _npy_header(path: Path) -> tuple[tuple[int, ...], bool, np.dtype[Any], int]:
+    """(shape, fortran_order, dtype, data offset) of a `.npy` file; a clear error if corrupt."""
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version in ((2, 0), (3, 0)):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            else:  # pragma: no cover - numpy rejects unknown versions in read_magic
+                raise ValueError(f"unsupported .npy version {version}")
+            offset = f.tell()
+    except FileNotFoundError:
+        raise
+    except (ValueError, OSError, SyntaxError) as e:
+        raise SourceError(f"{path} is not a valid .npy file: {e}") from e
+    size = path.stat().st_size
+    expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if size < expected:
+        raise SourceError(f"{path} is truncated: {size} bytes, but its header describes {expected}")
+    return shape, fortran, dtype, offset
+
+
+def _open_npy(path: Path, what: str) -> np.ndarray:
+    shape, fortran, dtype, offset = _npy_header(path)
+    if len(shape) != 2:
+        raise ShapeError(f"{what} file {path} holds an array of shape {shape}; expected 2-D (inputs x columns)")
+    if dtype.type not in _FILE_DTYPES and dtype.kind not in "biu":
+        raise DTypeError(f"{what} file {path} has dtype {dtype}; expected float16, float32 or float64")
+    if 0 in shape:
+        raise EmptyInputError(f"empty input: {what} file {path} has shape {shape}")
+    arr = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
+    return np.asarray(arr) if dtype.kind in "biu" else arr
+
+
+def _npy_row_chunks(path: Path, rows: int) -> Iterator[np.ndarray]:
+    shape, fortran, dtype, offset = _npy_header(path)
+    if fortran:  # a column-major file: fall back to a memory map, one row slice at a time
+        arr = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F")
+        for s in range(0, shape[0], rows):
+            yield np.ascontiguousarray(arr[s : s + rows])
+        return
+    n, k = shape
+    with open(path, "rb", buffering=0) as f:
+        f.seek(offset)
+        for s in range(0, n, rows):
+            chunk = np.empty((min(rows, n - s), k), dtype=dtype)
+            view = memoryview(chunk).cast("B")
+            got = 0
+            while got < len(view):
+                r = f.readinto(view[got:])
+                if not r:
+                    raise SourceError(f"{path} ended early, at row {s + got // (k * dtype.itemsize)} of {n}")
+                got += r
+            yield chunk
+
+
+def read_names(x: str | os.PathLike[str] | Sequence[str] | None, count: int, what: str) -> list[str] | None:
+    """Names from a sequence or a text file (one per line); their number must be `count`."""
+    if x is None:
+        return None
+    if isinstance(x, (str, os.PathLike)):
+        path = Path(x)
+        if not path.is_file():
+            raise FileNotFoundError(f"{what} file {path} does not exist")
+        names = [line.rstrip("\r\n") for line in path.read_text(encoding="utf-8").splitlines()]
+        while names and names[-1] == "":
+            names.pop()
+    else:
+        names = [str(n) for n in x]
+    if len(names) != count:
+        raise ShapeError(f"{what} has {len(names)} entries for {count} columns")
+    return names
+
+
+def _is_sparse(x: object) -> bool:
+    return type(x).__module__.startswith("scipy.sparse")
+
+
+def _from_sparse(x: Any, what: str) -> Source:
+    import scipy.sparse as sp
+
+    m = sp.csc_array(x)
+    if m.ndim != 2:
+        raise ShapeError(f"{what} must be 2-D; got shape {m.shape}")
+    if 0 in m.shape:
+        raise EmptyInputError(f"empty input: {what} have shape {m.shape}; need at least one input and one column")
+    if not m.has_canonical_format:
+        m = m.copy()
+        m.sum_duplicates()
+    values = m.data
+    if values.dtype.byteorder not in "=|":
+        values = values.astype(values.dtype.newbyteorder("="))
+    if values.dtype.kind in "biu":
+        values = values.astype(np.float64)
+    elif values.dtype.type not in _FILE_DTYPES:
+        raise DTypeError(f"{what} have dtype {values.dtype}; expected a real floating, integer or bool dtype")
+    core: CoreSparse = (
+        int(m.shape[0]),
+        np.ascontiguousarray(m.indptr, dtype=np.int64),
+        np.ascontiguousarray(m.indices, dtype=np.int64),
+        np.ascontiguousarray(values),
+    )
+    return Source("sparse", (int(m.shape[0]), int(m.shape[1])), core, values.dtype)
+
+
+def _from_triplets(shape: tuple[int, int], rows: np.ndarray, cols: np.ndarray, values: np.ndarray, what: str) -> Source:
+    """A CSC source from (row, column, value) triplets; duplicates and out-of-range indices
+    are errors, not silently summed."""
+    n, k = shape
+    if len(rows) != len(cols) or len(rows) != len(values):
+        raise ShapeError(f"{what}: row, column and value arrays differ in length")
+    for idx, limit, name in ((rows, n, "row"), (cols, k, "column")):
+        if len(idx) and (idx.min() < 0 or idx.max() >= limit):
+            bad = idx[(idx < 0) | (idx >= limit)][0]
+            raise ShapeError(f"{what}: {name} index {bad} is outside 0..{limit}")
+    order = np.lexsort((rows, cols))
+    rows, cols, values = rows[order], cols[order], values[order]
+    dup = (np.diff(rows) == 0) & (np.diff(cols) == 0)
+    if dup.any():
+        i = int(np.flatnonzero(dup)[0])
+        raise ShapeError(f"{what}: entry (row {rows[i]}, column {cols[i]}) appears more than once")
+    indptr = np.zeros(k + 1, dtype=np.int64)
+    np.cumsum(np.bincount(cols, minlength=k), out=indptr[1:])
+    if values.dtype.type not in _FILE_DTYPES:
+        values = values.astype(np.float64)
+    core: CoreSparse = (n, indptr, np.ascontiguousarray(rows, dtype=np.int64), np.ascontiguousarray(values))
+    return Source("sparse", shape, core, values.dtype)
+
+
+def _read_manifest(directory: Path) -> dict[str, Any]:
+    path = directory / MANIFEST
+    if not path.is_file():
+        raise SourceError(f"{directory} is a directory without {MANIFEST}; see neuroneval.sources.write_shards")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SourceError(f"{path} is not valid JSON: {e}") from e
+    if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
+        raise SourceError(f"{path} is not a {_FORMAT} manifest (its 'format' field must be {_FORMAT!r})")
+    for key in ("n_rows", "n_columns", "layout", "shards"):
+        if key not in manifest:
+            raise SourceError(f"{path} lacks the field {key!r}")
+    return manifest
+
+
+def _open_shards(directory: Path, what: str) -> Source:
+    manifest = _read_manifest(directory)
+    n, k = int(manifest["n_rows"]), int(manifest["n_columns"])
+    files = [directory / s["file"] for s in manifest["shards"]]
+    for f in files:
+        if not f.is_file():
+            raise FileNotFoundError(f"shard {f} listed in {directory / MANIFEST} does not exist")
+    names = manifest.get("names")
+    if names is not None and len(names) != k:
+        raise SourceError(f"{directory / MANIFEST}: {len(names)} names for {k} columns")
+    if not files:
+        raise EmptyInputError(f"{directory} has no shards")
+    if manifest["layout"] == "dense":
+        arrays = [_open_npy(f, what) for f in files]
+        dtypes = {a.dtype for a in arrays}
+        if len(dtypes) > 1:
+            raise DTypeError(f"the shards in {directory} mix dtypes {sorted(map(str, dtypes))}")
+        for f, a in zip(files, arrays, strict=True):
+            if a.shape[1] != k:
+                raise ShapeError(f"shard {f} has {a.shape[1]} columns; the manifest says {k}")
+        total = sum(a.shape[0] for a in arrays)
+        if total != n:
+            raise ShapeError(f"the shards in {directory} hold {total} rows; the manifest says {n}")
+        arrays = [as_matrix(a, what) if a.dtype.type not in _FILE_DTYPES else a for a in arrays]
+        return Source("shards", (n, k), arrays, arrays[0].dtype, names, tuple(files), str(directory))
+    if manifest["layout"] == "triplets":
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for f in files:
+            try:
+                with np.load(f) as z:
+                    parts.append((z["row"].astype(np.int64), z["column"].astype(np.int64), z["value"]))
+            except (KeyError, ValueError, OSError) as e:
+                raise SourceError(f"triplet shard {f} is not an .npz with row, column and value arrays: {e}") from e
+        rows, cols, values = (np.concatenate([p[i] for p in parts]) for i in range(3))
+        src = _from_triplets((n, k), rows, cols, values, what)
+        return replace(src, kind="sparse", names=names, files=tuple(files), origin=str(directory))
+    raise SourceError(f"{directory / MANIFEST}: unknown layout {manifest['layout']!r} (expected 'dense' or 'triplets')")
+
+
+def _open(x: Any, what: str) -> Source:
+    if isinstance(x, Source):
+        return x
+    if isinstance(x, (str, os.PathLike)):
+        path = Path(x)
+        if path.is_dir():
+            return _open_shards(path, what)
+        if not path.exists():
+            raise FileNotFoundError(f"{what} file {path} does not exist")
+        if path.suffix == ".npy":
+            arr = _open_npy(path, what)
+            arr = as_matrix(arr, what) if arr.dtype.type not in _FILE_DTYPES else arr
+            return Source("npy", arr.shape, arr, arr.dtype, None, (path,), str(path))
+        raise SourceError(f"cannot read {what} from {path}: expected a .npy file or a shard directory")
+    if _is_sparse(x):
+        return _from_sparse(x, what)
+    arr = as_matrix(x, what)  # an empty array reaches the core, which names the problem
+    return Source("array", arr.shape, arr, arr.dtype)
+
+
+def open_activations(x: Any, *, unit_names: Any = None) -> Source:
+    """The activation source for `x` (see the module docstring for what `x` may be).
+
+    `unit_names` (a sequence, or a text file with one name per line) overrides the names a
+    shard manifest carries.
+    """
+    src = _open(x, "activations")
+    names = read_names(unit_names, src.n_columns, "unit_names")
+    return replace(src, names=names) if names is not None else src
+
+
+def open_concepts(x: Any, *, n_inputs: int | None = None, concept_names: Any = None) -> Source:
+    """The concept source for `x`: anything `open_activations` takes, or a concept table.
+
+    A `.parquet` or `.csv` path is read by `read_concept_table`, which needs `n_inputs`.
+    """
+    if isinstance(x, (str, os.PathLike)) and Path(x).suffix in (".parquet", ".csv"):
+        if n_inputs is None:
+            raise ShapeError("a concept table needs the number of inputs (n_inputs)")
+        return read_concept_table(x, n_inputs=n_inputs, concept_names=concept_names)
+    src = _open(x, "concepts")
+    names = read_names(concept_names, src.n_columns, "concept_names")
+    return replace(src, names=names) if names is not None else src
+
+
+def read_concept_table(path: str | os.PathLike[str], *, n_inputs: int, concept_names: Any = None) -> Source:
+    """Concepts from a `.parquet` or `.csv` table with columns `input` (0-based row of the
+    activations), `concept` (a name) and `probability` (in [0, 1]; `label` is accepted too).
+
+    Pairs absent from the table are 0. The concept order is `concept_names` (a sequence or a
+    file with one name per line) when given, in which case every name in the table must be
+    listed; otherwise the table's names, sorted.
+
+    Examples
+    --------
+    >>> import polars as pl, tempfile, os
+    >>> from neuroneval.sources import read_concept_table
+    >>> d = tempfile.mkdtemp()
+    >>> p = os.path.join(d, "concepts.csv")
+    >>> pl.DataFrame({"input": [0, 2], "concept": ["dog", "cat"], "probability": [1.0, 0.5]}).write_csv(p)
+    >>> src = read_concept_table(p, n_inputs=3)
+    >>> src.names, src.shape
+    (['cat', 'dog'], (3, 2))
+    """
+    import polars as pl
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"concept table {path} does not exist")
+    try:
+        table = pl.read_parquet(path) if path.suffix == ".parquet" else pl.read_csv(path)
+    except Exception as e:  # polars raises many kinds; all mean the file is unreadable
+        raise SourceError(f"cannot read the concept table {path}: {e}") from e
+    value_col = "probability" if "probability" in table.columns else "label"
+    missing = [c for c in ("input", "concept", value_col) if c not in table.columns]
+    if missing:
+        raise SourceError(f"concept table {path} lacks the column(s) {missing}; it has {table.columns}")
+    table_names = table["concept"].cast(pl.String)
+    if table_names.null_count() or table["input"].null_count() or table[value_col].null_count():
+        raise SourceError(f"concept table {path} has empty cells")
+    if concept_names is None:
+        names = sorted(set(table_names.to_list()))
+    else:
+        names = (
+            _names_file(concept_names)
+            if isinstance(concept_names, (str, os.PathLike))
+            else [str(n) for n in concept_names]
+        )
+        if len(set(names)) != len(names):
+            raise SourceError("concept_names lists a name more than once")
+        unknown = set(table_names.to_list()) - set(names)
+        if unknown:
+            raise SourceError(f"concept table {path} names concepts not in concept_names: {sorted(unknown)[:5]}")
+    if not names:
+        raise EmptyInputError(f"concept table {path} has no rows and no concept names")
+    column_of = {n: i for i, n in enumerate(names)}
+    cols = np.array([column_of[n] for n in table_names.to_list()], dtype=np.int64)
+    try:
+        rows = table["input"].cast(pl.Int64, strict=True).to_numpy()
+        values = table[value_col].cast(pl.Float64, strict=True).to_numpy()
+    except Exception as e:
+        raise SourceError(f"concept table {path}: 'input' must hold integers and '{value_col}' numbers ({e})") from e
+    src = _from_triplets((n_inputs, len(names)), rows, cols, values, f"concept table {path}")
+    return replace(src, kind="table", names=names, files=(path,), origin=str(path))
+
+
+def _names_file(x: str | os.PathLike[str]) -> list[str]:
+    path = Path(x)
+    if not path.is_file():
+        raise FileNotFoundError(f"concept_names file {path} does not exist")
+    return [line for line in path.read_text(encoding="utf-8").splitlines() if line != ""]
+
+
+def write_shards(
+    directory: str | os.PathLike[str],
+    shards: Sequence[Any],
+    *,
+    names: Sequence[str] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Writes a dense shard directory: each array in `shards` (rows x K) as `shard-NNNNN.npy`,
+    then `manifest.json` (written last, atomically, so a directory with a manifest is whole).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, neuroneval
+    >>> from neuroneval.sources import open_activations, write_shards
+    >>> d = write_shards(tempfile.mkdtemp(), [np.ones((2, 3), np.float32), np.zeros((1, 3), np.float32)])
+    >>> open_activations(d).shape
+    (3, 3)
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    entries = []
+    k: int | None = None
+    for i, shard in enumerate(shards):
+        a = np.asarray(shard)
+        if a.ndim != 2:
+            raise ShapeError(f"shard {i} has shape {a.shape}; expected 2-D")
+        if k is not None and a.shape[1] != k:
+            raise ShapeError(f"shard {i} has {a.shape[1]} columns; shard 0 has {k}")
+        k = a.shape[1]
+        name = f"shard-{i:05d}.npy"
+        np.save(directory / name, a)
+        entries.append({"file": name, "rows": int(a.shape[0])})
+    if k is None:
+        raise EmptyInputError("write_shards needs at least one shard")
+    if names is not None and len(names) != k:
+        raise ShapeError(f"{len(names)} names for {k} columns")
+    manifest = {
+        "format": _FORMAT,
+        "version": 1,
+        "layout": "dense",
+        "n_rows": sum(e["rows"] for e in entries),
+        "n_columns": k,
+        "dtype": str(np.asarray(shards[0]).dtype),
+        "names": None if names is None else [str(n) for n in names],
+        "shards": entries,
+        **(extra or {}),
+    }
+    tmp = directory / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    os.replace(tmp, directory / MANIFEST)
+    return directory
+
