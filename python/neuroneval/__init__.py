@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from . import errors, metrics
+from ._evaluate import evaluate
 from ._registry import METRICS, PASSING_METRICS, MetricInfo
 from ._score import compute, score
 from .errors import NeuronEvalError
@@ -23,6 +24,7 @@ __all__ = [
     "NeuronEvalError",
     "compute",
     "errors",
+    "evaluate",
     "meta_auprc",
     "metrics",
     "num_threads",

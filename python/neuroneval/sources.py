@@ -197,7 +197,7 @@ def _npy_row_chunks(path: Path, rows: int) -> Iterator[np.ndarray]:
         f.seek(offset)
         for s in range(0, n, rows):
             chunk = np.empty((min(rows, n - s), k), dtype=dtype)
-            view = memoryview(chunk).cast("B")
+            view = chunk.data.cast("B")
             got = 0
             while got < len(view):
                 r = f.readinto(view[got:])
@@ -468,7 +468,7 @@ def write_shards(
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    entries = []
+    entries: list[dict[str, Any]] = []
     k: int | None = None
     for i, shard in enumerate(shards):
         a = np.asarray(shard)
@@ -488,7 +488,7 @@ def write_shards(
         "format": _FORMAT,
         "version": 1,
         "layout": "dense",
-        "n_rows": sum(e["rows"] for e in entries),
+        "n_rows": sum(int(e["rows"]) for e in entries),
         "n_columns": k,
         "dtype": str(np.asarray(shards[0]).dtype),
         "names": None if names is None else [str(n) for n in names],

@@ -50,12 +50,13 @@ fn check_metrics(metrics: &[Metric]) -> Result<()> {
 }
 
 /// Every metric for every (unit, concept) pair of (N, K) activations and (N, T) concepts:
-/// `values[m][k * T + t]`.
+/// `values[m][k * T + t]`. `first_unit` as in [`score_matrix_with`] (0 for a whole matrix).
 pub fn score_matrix(
     activations: &dyn MatrixSource,
     concepts: &dyn MatrixSource,
     metrics: &[Metric],
     params: &Params,
+    first_unit: usize,
 ) -> Result<Scores> {
     params.validate()?;
     check_metrics(metrics)?;
@@ -63,16 +64,19 @@ pub fn score_matrix(
     // Cheap checks of the activations first, the concepts' transforms after.
     check_activations(activations, concepts.rows(), &all_units)?;
     let concepts = ConceptSet::build(concepts, None, &Needs::of(metrics), true)?;
-    score_matrix_with(activations, &concepts, metrics, params)
+    score_matrix_with(activations, &concepts, metrics, params, first_unit)
 }
 
 /// [`score_matrix`] against concepts transformed once by [`ConceptSet::build`] (with
 /// `for_matrix` and the needs of these metrics), for callers that score many blocks of units.
+/// `first_unit` is the index of the source's first column among all units: the top-random
+/// metrics seed each unit's draw by that index, so a block scores as the whole matrix would.
 pub fn score_matrix_with(
     activations: &dyn MatrixSource,
     concepts: &ConceptSet,
     metrics: &[Metric],
     params: &Params,
+    first_unit: usize,
 ) -> Result<Scores> {
     params.validate()?;
     check_metrics(metrics)?;
@@ -99,19 +103,26 @@ pub fn score_matrix_with(
         blocks.push((start, slices));
     }
 
+    let job = Job {
+        needs,
+        params,
+        metrics,
+        first_unit,
+    };
     blocks.into_par_iter().for_each(|(start, mut outs)| {
         let units: Vec<usize> = (start..(start + block).min(k)).collect();
-        score_block(
-            activations,
-            concepts,
-            &units,
-            &needs,
-            params,
-            metrics,
-            &mut outs,
-        );
+        score_block(activations, concepts, &units, &job, &mut outs);
     });
     Ok(outputs)
+}
+
+/// What every block of one matrix call shares.
+struct Job<'a> {
+    needs: Needs,
+    params: &'a Params,
+    metrics: &'a [Metric],
+    /// The global index of the source's first column.
+    first_unit: usize,
 }
 
 /// Transforms the block's units, multiplies them with dense concepts if there are any,
@@ -120,11 +131,10 @@ fn score_block(
     activations: &dyn MatrixSource,
     concepts: &ConceptSet,
     units: &[usize],
-    needs: &Needs,
-    params: &Params,
-    metrics: &[Metric],
+    job: &Job<'_>,
     outs: &mut [&mut [f64]],
 ) {
+    let (needs, params, metrics) = (&job.needs, job.params, job.metrics);
     let n = activations.rows();
     let t = concepts.len();
     let mut columns = vec![0.0; units.len() * n];
@@ -132,7 +142,7 @@ fn score_block(
     let profiles: Vec<UnitProfile> = columns
         .chunks(n)
         .zip(units)
-        .map(|(a, &u)| UnitProfile::build(a, u, needs, params))
+        .map(|(a, &u)| UnitProfile::build(a, job.first_unit + u, needs, params))
         .collect();
     drop(columns);
 

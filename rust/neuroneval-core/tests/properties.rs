@@ -116,7 +116,7 @@ proptest! {
         let density = c.iter().filter(|&&v| v != 0.0).count() as f64 / c.len() as f64;
         prop_assume!(density <= DENSE_PRODUCT_DENSITY);
         let metrics = Metric::ALL.to_vec();
-        let full = score_matrix(&av, &cv, &metrics, &params).unwrap();
+        let full = score_matrix(&av, &cv, &metrics, &params, 0).unwrap();
         let pairs: Vec<(i64, i64)> = (0..k as i64).flat_map(|u| (0..t as i64).map(move |c| (u, c))).collect();
         let paired = score_pairs(&av, &cv, &pairs, &metrics, &params).unwrap();
         for (m, (x, y)) in full.iter().zip(&paired).enumerate() {

@@ -254,6 +254,23 @@ fn params(alpha: f64, lam: f64, k: usize, top_alpha: f64, seed: u64) -> Params {
     }
 }
 
+/// Checks metric names and parameters without scoring anything, so long jobs fail early.
+#[pyfunction]
+#[pyo3(signature = (metrics, alpha, lam, k, top_alpha, seed))]
+fn check_arguments(
+    metrics: Vec<String>,
+    alpha: f64,
+    lam: f64,
+    k: usize,
+    top_alpha: f64,
+    seed: u64,
+) -> PyResult<()> {
+    parse_metrics(&metrics)?;
+    params(alpha, lam, k, top_alpha, seed)
+        .validate()
+        .map_err(to_py_err)
+}
+
 /// Validates and transforms concepts once for matrix calls with these metrics.
 #[pyfunction]
 fn prepare_concepts(
@@ -272,7 +289,7 @@ fn prepare_concepts(
 
 /// Every requested metric for all (unit, concept) pairs: a list of (K, T) float64 arrays.
 #[pyfunction]
-#[pyo3(signature = (activations, concepts, metrics, alpha, lam, k, top_alpha, seed))]
+#[pyo3(signature = (activations, concepts, metrics, alpha, lam, k, top_alpha, seed, first_unit=0))]
 #[allow(clippy::too_many_arguments)]
 fn score_matrix<'py>(
     py: Python<'py>,
@@ -284,6 +301,7 @@ fn score_matrix<'py>(
     k: usize,
     top_alpha: f64,
     seed: u64,
+    first_unit: usize,
 ) -> PyResult<Vec<Bound<'py, PyArray2<f64>>>> {
     let metrics = parse_metrics(&metrics)?;
     let params = params(alpha, lam, k, top_alpha, seed);
@@ -293,7 +311,7 @@ fn score_matrix<'py>(
         ConceptsArg::Prepared(prepared) => {
             let set = &prepared.get().set;
             let scores = run(py, || {
-                neuroneval_core::score_matrix_with(a, set, &metrics, &params)
+                neuroneval_core::score_matrix_with(a, set, &metrics, &params, first_unit)
             })?;
             (scores, set.len())
         }
@@ -301,7 +319,7 @@ fn score_matrix<'py>(
             let c = source(arg, "concepts")?;
             let c = &*c;
             let scores = run(py, || {
-                neuroneval_core::score_matrix(a, c, &metrics, &params)
+                neuroneval_core::score_matrix(a, c, &metrics, &params, first_unit)
             })?;
             (scores, c.cols())
         }
@@ -394,6 +412,7 @@ fn num_threads() -> usize {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PreparedConcepts>()?;
     m.add_function(wrap_pyfunction!(prepare_concepts, m)?)?;
+    m.add_function(wrap_pyfunction!(check_arguments, m)?)?;
     m.add_function(wrap_pyfunction!(score_matrix, m)?)?;
     m.add_function(wrap_pyfunction!(score_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(rank_statistic_columns, m)?)?;

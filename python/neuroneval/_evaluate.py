@@ -1,0 +1,426 @@
+"""`evaluate`: every metric for every (unit, concept) pair at any scale, block by block.
+
+The units are processed in blocks. For each block the core computes every requested metric
+in one pass over that block's data, against concepts that were validated and transformed
+once for the whole run. Results stream to a parquet file block by block, so memory is
+bounded by the block size, not by K or by the number of pairs.
+
+How a source is read
+    Data in memory (arrays, tensors, sparse matrices) are read in place: a block is a view.
+    Row-major files (`.npy`, dense shard directories) are read **once**, in row chunks, and
+    each chunk's columns are appended to one scratch file per block of units (unit-major
+    blocks, in the source dtype). Each block's scratch file is then read once and deleted.
+    So a row-major file costs one read of the file, one write and one read of a scratch copy
+    of the same size, never one read per block. A run with a single block reads the file
+    once and needs no scratch. Column-major `.npy` files are read block by block directly.
+
+Interrupted runs
+    Finished blocks are kept in `<out>.partial/` as parquet parts, each written atomically.
+    Run `evaluate` again with the same arguments and it resumes after the last finished
+    block (and says so); the final file is identical to an uninterrupted run's. Different
+    arguments or data against the same output raise `ResumeError` unless `restart=True`.
+    The final file appears under its name only when complete (written aside, then renamed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+import numpy as np
+import polars as pl
+
+from . import _core
+from ._score import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, check_k, check_seed, metric_list
+from .errors import ParameterError, ResumeError, ShapeError
+from .sources import Source, open_activations, open_concepts
+
+__all__ = ["evaluate", "partial_dir", "DEFAULT_BLOCK_BYTES"]
+
+#: Default size of one block's activations in their own dtype (the scratch read per block).
+DEFAULT_BLOCK_BYTES = 256 << 20
+#: At most this many result rows per block, so one block's table stays small.
+_MAX_BLOCK_ROWS = 2_000_000
+#: Bytes of rows read from a row-major file at a time during the transposition.
+_CHUNK_BYTES = 64 << 20
+_STATE = "run.json"
+
+
+def partial_dir(out: str | os.PathLike[str]) -> Path:
+    """Where an unfinished run on `out` keeps its finished blocks and scratch files."""
+    out = Path(out)
+    return out.with_name(out.name + ".partial")
+
+
+@dataclass
+class _Progress:
+    """A one-line progress bar on a terminal; silent elsewhere except for notices."""
+
+    enabled: bool
+    stream: TextIO = sys.stderr
+
+    def __post_init__(self) -> None:
+        self.tty = self.enabled and self.stream.isatty()
+        self.started = time.monotonic()
+
+    def say(self, message: str) -> None:
+        if self.enabled:
+            if self.tty:
+                self.stream.write("\r\033[K")
+            print(f"neuroneval: {message}", file=self.stream, flush=True)
+
+    def bar(self, what: str, done: int, total: int) -> None:
+        if not self.tty:
+            return
+        elapsed = time.monotonic() - self.started
+        width = 30
+        filled = int(width * done / max(total, 1))
+        eta = elapsed / done * (total - done) if done else float("nan")
+        eta_text = "" if eta != eta else f" eta {eta:.0f}s"
+        self.stream.write(f"\r{what} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {elapsed:.0f}s{eta_text}")
+        if done == total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def evaluate(
+    activations: Any,
+    concepts: Any,
+    metrics: str | Sequence[str] | None = None,
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    lam: float = 1.0,
+    k: int = 25,
+    top_alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
+    seed: int = 0,
+    out: str | os.PathLike[str] | None = None,
+    keep: Literal["all"] | int = "all",
+    block_units: int | None = None,
+    unit_names: Any = None,
+    concept_names: Any = None,
+    scratch: str | os.PathLike[str] | None = None,
+    restart: bool = False,
+    progress: bool = True,
+) -> pl.DataFrame | Path:
+    """Every metric for every (unit, concept) pair, block by block, to a parquet file or a table.
+
+    Parameters
+    ----------
+    activations, concepts
+        Anything `neuroneval.sources` opens: arrays, tensors, `.npy` files, shard
+        directories, `scipy.sparse` matrices; concepts also a `.parquet`/`.csv` table.
+    metrics, alpha, lam, k, top_alpha, seed
+        As in `neuroneval.compute`.
+    out : path, optional
+        The parquet file to write. Without it the table is returned in memory.
+    keep : "all" or int
+        All pairs, or each unit's `keep` best concepts under the first metric (NaN last,
+        ties by concept order), with a `rank` column (1 = best).
+    block_units : int, optional
+        Units per block; by default as many as fit in 256 MiB of activations.
+    unit_names, concept_names
+        Sequences or text files (one name per line); default the names the sources carry,
+        else integer indices.
+    scratch : path, optional
+        Directory for the unit-major scratch copy of a row-major file; by default inside
+        `<out>.partial/` (or a temporary directory when `out` is None).
+    restart : bool
+        Discard an unfinished run on `out` that was started with different arguments.
+    progress : bool
+        A progress bar on a terminal, and notices (resuming, finished) on stderr.
+
+    Returns
+    -------
+    polars.DataFrame or pathlib.Path
+        The table (unit, concept, [rank,] one column per metric), or `out` once written.
+
+    Examples
+    --------
+    >>> import numpy as np, neuroneval
+    >>> rng = np.random.default_rng(0)
+    >>> a = rng.normal(size=(200, 5))
+    >>> c = (a[:, :2] > 1).astype(np.float64)
+    >>> t = neuroneval.evaluate(a, c, ["auprc", "correlation"], keep=1, block_units=2, progress=False)
+    >>> t.select("unit", "concept", "rank").head(2).rows()
+    [(0, 0, 1), (1, 1, 1)]
+    """
+    names = metric_list(metrics)
+    args = (names, float(alpha), float(lam), check_k(k), float(top_alpha), check_seed(seed))
+    _core.check_arguments(*args)
+    top = _check_keep(keep)
+    acts = open_activations(activations, unit_names=unit_names)
+    conc = open_concepts(concepts, n_inputs=acts.n_rows, concept_names=concept_names)
+    if acts.n_rows != conc.n_rows:
+        raise ShapeError(f"activations have {acts.n_rows} inputs (rows) but concepts have {conc.n_rows}")
+    bounds = _blocks(acts, conc.n_columns, block_units)
+    report = _Progress(progress)
+
+    if out is None:
+        with tempfile.TemporaryDirectory(prefix="neuroneval-", dir=scratch) as tmp:
+            parts = _run(acts, conc, args, top, bounds, Path(tmp), Path(tmp) / "scratch", report, keep_parts=False)
+            return pl.concat(parts) if parts else _empty_table(names, top, acts, conc)
+
+    out = Path(out)
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"the output directory {out.parent} does not exist")
+    work = partial_dir(out)
+    state = {
+        "version": 1,
+        "arguments": {
+            "metrics": names,
+            "alpha": args[1],
+            "lam": args[2],
+            "k": args[3],
+            "top_alpha": args[4],
+            "seed": args[5],
+            "keep": keep,
+            "blocks": bounds,
+        },
+        "activations": acts.fingerprint(),
+        "concepts": conc.fingerprint(),
+        "unit_names": acts.names,
+        "concept_names": conc.names,
+    }
+    done = _open_state(work, state, restart, report)
+    scratch_dir = Path(scratch) if scratch is not None else work / "scratch"
+    _run(acts, conc, args, top, bounds, work, scratch_dir, report, keep_parts=True, done=done)
+    _merge(work, len(bounds), out)
+    shutil.rmtree(work, ignore_errors=True)
+    if scratch is not None:
+        shutil.rmtree(scratch_dir, ignore_errors=True)
+    report.say(f"wrote {out}")
+    return out
+
+
+def _check_keep(keep: Any) -> int | None:
+    if isinstance(keep, str) and keep == "all":
+        return None
+    if isinstance(keep, (int, np.integer)) and not isinstance(keep, bool) and keep >= 1:
+        return int(keep)
+    raise ParameterError(f"keep must be 'all' or a positive integer; got {keep!r}")
+
+
+def _blocks(acts: Source, n_concepts: int, block_units: int | None) -> list[tuple[int, int]]:
+    n, k = acts.shape
+    if block_units is None:
+        by_bytes = DEFAULT_BLOCK_BYTES // max(1, n * acts.dtype.itemsize)
+        block_units = max(1, min(k, by_bytes, _MAX_BLOCK_ROWS // max(1, n_concepts)))
+    elif isinstance(block_units, bool) or not isinstance(block_units, (int, np.integer)) or block_units < 1:
+        raise ParameterError(f"block_units must be a positive integer; got {block_units!r}")
+    b = int(block_units)
+    return [(s, min(s + b, k)) for s in range(0, k, b)]
+
+
+def _open_state(work: Path, state: dict[str, Any], restart: bool, report: _Progress) -> set[int]:
+    """The blocks already finished in `work`, after checking that they belong to this run."""
+    path = work / _STATE
+    if path.is_file():
+        try:
+            previous = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            previous = None
+        if previous != json.loads(json.dumps(state)):
+            if not restart:
+                raise ResumeError(
+                    f"{work} holds an unfinished run with different arguments or data; "
+                    "run with the same ones to resume, or pass restart=True (--restart) to discard it"
+                )
+            shutil.rmtree(work)
+        else:
+            done = {i for i in range(len(state["arguments"]["blocks"])) if _part(work, i).is_file()}
+            total = len(state["arguments"]["blocks"])
+            report.say(f"resuming {work}: {len(done)} of {total} blocks already finished")
+            return done
+    elif work.exists():
+        if not restart and any(work.iterdir()):
+            raise ResumeError(f"{work} exists but is not a neuroneval run; remove it or pass restart=True")
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    _write_atomic(path, json.dumps(state, indent=1).encode())
+    return set()
+
+
+def _part(work: Path, block: int) -> Path:
+    return work / f"part-{block:06d}.parquet"
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _run(
+    acts: Source,
+    conc: Source,
+    args: tuple[list[str], float, float, int, float, int],
+    top: int | None,
+    bounds: list[tuple[int, int]],
+    work: Path,
+    scratch: Path,
+    report: _Progress,
+    *,
+    keep_parts: bool,
+    done: set[int] | None = None,
+) -> list[pl.DataFrame]:
+    done = done or set()
+    todo = [i for i in range(len(bounds)) if i not in done]
+    if not todo:
+        return []
+    prepared = _core.prepare_concepts(conc.core, args[0])
+    blocks = _BlockReader(acts, bounds, scratch, report)
+    frames: list[pl.DataFrame] = []
+    for count, i in enumerate(todo, start=1):
+        start, stop = bounds[i]
+        values = _core.score_matrix(blocks.read(i), prepared, *args, first_unit=start)
+        frame = _table(values, args[0], start, stop, acts, conc, top)
+        if keep_parts:
+            tmp = _part(work, i).with_suffix(".parquet.tmp")
+            frame.write_parquet(tmp)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, _part(work, i))
+        else:
+            frames.append(frame)
+        blocks.finished(i)
+        report.bar("scoring", len(done) + count, len(bounds))
+    blocks.close()
+    return frames
+
+
+class _BlockReader:
+    """Each block's activations as the core reads them: a view of data in memory, or the
+    block's scratch copy of a row-major file (made by one pass over the file)."""
+
+    def __init__(self, acts: Source, bounds: list[tuple[int, int]], scratch: Path, report: _Progress) -> None:
+        self.acts, self.bounds, self.scratch = acts, bounds, scratch
+        self.whole: np.ndarray | None = None
+        self.transposed = acts.row_major_files and len(bounds) > 1
+        if acts.row_major_files and len(bounds) == 1:
+            # One block: read the file once into memory; no scratch copy.
+            self.whole = np.concatenate(list(acts.row_chunks(_chunk_rows(acts))))
+        elif self.transposed:
+            self._transpose(report)
+
+    def _file(self, block: int) -> Path:
+        return self.scratch / f"block-{block:06d}.bin"
+
+    def _transpose(self, report: _Progress) -> None:
+        marker = self.scratch / "complete.json"
+        expected = {"shape": list(self.acts.shape), "dtype": str(self.acts.dtype), "blocks": self.bounds}
+        if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == expected:
+            return
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        self.scratch.mkdir(parents=True)
+        files = [open(self._file(i), "wb") for i in range(len(self.bounds))]
+        try:
+            rows = 0
+            for chunk in self.acts.row_chunks(_chunk_rows(self.acts)):
+                for f, (s, e) in zip(files, self.bounds, strict=True):
+                    f.write(np.ascontiguousarray(chunk[:, s:e]).data)
+                rows += chunk.shape[0]
+                report.bar("reading ", rows, self.acts.n_rows)
+        finally:
+            for f in files:
+                f.close()
+        _write_atomic(marker, json.dumps(expected).encode())
+
+    def read(self, block: int) -> Any:
+        start, stop = self.bounds[block]
+        if self.whole is not None:
+            return self.whole[:, start:stop]
+        if self.transposed:
+            data = np.fromfile(self._file(block), dtype=self.acts.dtype)
+            return data.reshape(self.acts.n_rows, stop - start)
+        if self.acts.kind == "npy":  # column-major: the block is one contiguous range
+            return _read_columns(self.acts, start, stop)
+        return self.acts.columns(start, stop).core
+
+    def finished(self, block: int) -> None:
+        if self.transposed:
+            self._file(block).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self.transposed:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _chunk_rows(acts: Source) -> int:
+    return max(1, _CHUNK_BYTES // max(1, acts.n_columns * acts.dtype.itemsize))
+
+
+def _read_columns(acts: Source, start: int, stop: int) -> np.ndarray:
+    """Columns [start, stop) of a column-major `.npy` file, by one plain read."""
+    arr = acts.core  # the memory map: its offset locates the data
+    n, item = acts.n_rows, acts.dtype.itemsize
+    offset = int(arr.offset) + start * n * item
+    data = np.fromfile(acts.files[0], dtype=acts.dtype, count=(stop - start) * n, offset=offset)
+    return data.reshape(stop - start, n).T
+
+
+def _table(
+    values: list[np.ndarray],
+    names: list[str],
+    start: int,
+    stop: int,
+    acts: Source,
+    conc: Source,
+    top: int | None,
+) -> pl.DataFrame:
+    b, t = stop - start, conc.n_columns
+    units = np.repeat(np.arange(start, stop), t)
+    concepts = np.tile(np.arange(t), b)
+    rows: np.ndarray | None = None
+    if top is not None:
+        first = values[0]
+        # Descending by the first metric, NaN last, ties by concept index (lexsort is stable).
+        order = np.lexsort((np.where(np.isnan(first), 0.0, -first), np.isnan(first)), axis=-1)
+        rows = (np.arange(b)[:, None] * t + order[:, : min(top, t)]).reshape(-1)
+        units, concepts = units[rows], concepts[rows]
+    columns: dict[str, Any] = {"unit": _labels(units, acts.names), "concept": _labels(concepts, conc.names)}
+    if top is not None:
+        columns["rank"] = np.tile(np.arange(1, min(top, t) + 1, dtype=np.int64), b)
+    for name, v in zip(names, values, strict=True):
+        flat = v.reshape(-1)
+        columns[name] = flat if rows is None else flat[rows]
+    return pl.DataFrame(columns)
+
+
+def _labels(index: np.ndarray, names: list[str] | None) -> Any:
+    if names is None:
+        return index.astype(np.int64)
+    return pl.Series(names, dtype=pl.String).gather(index.astype(np.int64))
+
+
+def _empty_table(names: list[str], top: int | None, acts: Source, conc: Source) -> pl.DataFrame:
+    unit_type = pl.String if acts.names is not None else pl.Int64
+    concept_type = pl.String if conc.names is not None else pl.Int64
+    schema: dict[str, Any] = {"unit": unit_type, "concept": concept_type}
+    if top is not None:
+        schema["rank"] = pl.Int64
+    schema.update({n: pl.Float64 for n in names})
+    return pl.DataFrame(schema=schema)
+
+
+def _merge(work: Path, n_blocks: int, out: Path) -> None:
+    """All parts, in block order, into `out`: written aside, then renamed into place."""
+    parts = [_part(work, i) for i in range(n_blocks)]
+    missing = [p for p in parts if not p.is_file()]
+    if missing:  # pragma: no cover - _run writes every part before returning
+        raise ResumeError(f"{len(missing)} blocks of {work} are missing")
+    tmp = out.with_name(out.name + ".tmp")
+    pl.concat([pl.scan_parquet(p) for p in parts]).sink_parquet(tmp)
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, out)
