@@ -1,11 +1,14 @@
 //! Scoring all (unit, concept) pairs, or a list of pairs: blocks of units in parallel,
 //! each unit transformed once, then the pair kernel for each of its concepts.
 
+use std::sync::Mutex;
+
 use rayon::prelude::*;
 
 use crate::concepts::ConceptSet;
 use crate::error::{CoreError, Result};
 use crate::metric::{Metric, Needs, Params};
+use crate::ranks::SortScratch;
 use crate::pair::{PairKernel, Precomputed, Products};
 use crate::source::MatrixSource;
 use crate::sweep;
@@ -108,6 +111,9 @@ pub fn score_matrix_with(
         params,
         metrics,
         first_unit,
+        workspaces: (0..rayon::current_num_threads().max(1))
+            .map(|_| Mutex::default())
+            .collect(),
     };
     blocks.into_par_iter().for_each(|(start, mut outs)| {
         let units: Vec<usize> = (start..(start + block).min(k)).collect();
@@ -123,10 +129,11 @@ struct Job<'a> {
     metrics: &'a [Metric],
     /// The global index of the source's first column.
     first_unit: usize,
+    /// One per thread of the pool.
+    workspaces: Vec<Mutex<Workspace>>,
 }
 
-/// Transforms the block's units, multiplies them with dense concepts if there are any,
-/// then runs the pair kernel for each (unit, concept).
+/// Transforms the block's units, then scores them.
 fn score_block(
     activations: &dyn MatrixSource,
     concepts: &ConceptSet,
@@ -134,20 +141,49 @@ fn score_block(
     job: &Job<'_>,
     outs: &mut [&mut [f64]],
 ) {
-    let (needs, params, metrics) = (&job.needs, job.params, job.metrics);
+    // This thread's buffers: nothing inside a block runs on other threads, so one lock each.
+    let slot = rayon::current_thread_index().unwrap_or(0) % job.workspaces.len();
+    let mut w = job.workspaces[slot]
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let Workspace {
+        columns,
+        profiles,
+        sort,
+    } = &mut *w;
     let n = activations.rows();
+    columns.clear();
+    columns.resize(units.len() * n, 0.0);
+    activations.columns_into(units, columns);
+    profiles.resize_with(units.len(), UnitProfile::default);
+    for ((p, a), &u) in profiles.iter_mut().zip(columns.chunks(n)).zip(units) {
+        p.rebuild(a, job.first_unit + u, &job.needs, job.params, sort);
+    }
+    score_profiles(profiles, concepts, job, outs);
+}
+
+/// Buffers one thread reuses from block to block of a call: at N = 10^6 fresh ones would
+/// cost more in page faults than the transforms themselves. Freed when the call returns.
+#[derive(Default)]
+struct Workspace {
+    columns: Vec<f64>,
+    profiles: Vec<UnitProfile>,
+    sort: SortScratch,
+}
+
+/// Multiplies the block's transformed units with dense concepts if there are any, then runs
+/// the pair kernel for each (unit, concept).
+fn score_profiles(
+    profiles: &[UnitProfile],
+    concepts: &ConceptSet,
+    job: &Job<'_>,
+    outs: &mut [&mut [f64]],
+) {
+    let (needs, params, metrics) = (&job.needs, job.params, job.metrics);
     let t = concepts.len();
-    let mut columns = vec![0.0; units.len() * n];
-    activations.columns_into(units, &mut columns);
-    let profiles: Vec<UnitProfile> = columns
-        .chunks(n)
-        .zip(units)
-        .map(|(a, &u)| UnitProfile::build(a, job.first_unit + u, needs, params))
-        .collect();
-    drop(columns);
 
     let dense = match (&concepts.dense, needs.products || needs.rank_products) {
-        (Some(dense), true) => Some(dense_products(&profiles, concepts, dense, needs)),
+        (Some(dense), true) => Some(dense_products(profiles, concepts, dense, needs)),
         _ => None,
     };
 
@@ -155,7 +191,7 @@ fn score_block(
     let rows = concepts.rows.as_ref();
     let sparse: Option<Vec<Vec<Products>>> = rows
         .filter(|_| dense.is_none() && (needs.products || needs.rank_products))
-        .map(|r| sweep::products(&profiles, concepts, r, needs));
+        .map(|r| sweep::products(profiles, concepts, r, needs));
 
     let mut kernel = PairKernel::default();
     let mut row = vec![0.0; metrics.len()];

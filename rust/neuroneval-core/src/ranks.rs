@@ -99,29 +99,54 @@ fn lanes(
 /// with the index into one u64, halving the data moved; digits on which every key agrees
 /// are skipped.
 pub fn sort_descending(values: &[f64]) -> Vec<u32> {
+    let mut order = Vec::new();
+    sort_descending_into(values, &mut order, &mut SortScratch::default());
+    order
+}
+
+/// Buffers a sort reuses from one call to the next: at N = 10^6 a fresh set costs more in
+/// page faults than the sort itself.
+#[derive(Debug, Default)]
+pub struct SortScratch {
+    packed: Vec<u64>,
+    keyed: Vec<(u64, u32)>,
+    packed_next: Vec<u64>,
+    keyed_next: Vec<(u64, u32)>,
+}
+
+/// [`sort_descending`] into `order`, with reused buffers.
+pub fn sort_descending_into(values: &[f64], order: &mut Vec<u32>, scratch: &mut SortScratch) {
     let n = values.len();
+    order.clear();
     if n < 64 {
-        let mut idx: Vec<u32> = (0..n as u32).collect();
-        idx.sort_by_key(|&i| (!order_key(values[i as usize]), i));
-        return idx;
+        order.extend(0..n as u32);
+        order.sort_by_key(|&i| (!order_key(values[i as usize]), i));
+        return;
     }
     if values.iter().all(|&v| (v as f32) as f64 == v) {
         // key in the high 32 bits, index in the low 32: sorting by the high bytes only
-        let mut packed: Vec<u64> = values
+        let packed = &mut scratch.packed;
+        packed.clear();
+        packed.extend(
+            values
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| ((!order_key_f32(v as f32) as u64) << 32) | i as u64),
+        );
+        radix_sort_bits(packed, &mut scratch.packed_next, 32..64, |x| x);
+        order.extend(packed.iter().map(|&x| x as u32));
+        return;
+    }
+    let keyed = &mut scratch.keyed;
+    keyed.clear();
+    keyed.extend(
+        values
             .iter()
             .enumerate()
-            .map(|(i, &v)| ((!order_key_f32(v as f32) as u64) << 32) | i as u64)
-            .collect();
-        radix_sort_bits(&mut packed, 32..64, |x| x);
-        return packed.into_iter().map(|x| x as u32).collect();
-    }
-    let mut keyed: Vec<(u64, u32)> = values
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| (!order_key(v), i as u32))
-        .collect();
-    radix_sort_bits(&mut keyed, 0..64, |x| x.0);
-    keyed.into_iter().map(|(_, i)| i).collect()
+            .map(|(i, &v)| (!order_key(v), i as u32)),
+    );
+    radix_sort_bits(keyed, &mut scratch.keyed_next, 0..64, |x| x.0);
+    order.extend(keyed.iter().map(|&(_, i)| i));
 }
 
 /// The f32 analogue of [`order_key`].
@@ -140,6 +165,7 @@ fn order_key_f32(v: f32) -> u32 {
 /// 11 bits (three passes cover 32 bits); digits on which every key agrees are skipped.
 fn radix_sort_bits<T: Copy + Default>(
     items: &mut Vec<T>,
+    next: &mut Vec<T>,
     bits: std::ops::Range<u32>,
     key: impl Fn(T) -> u64,
 ) {
@@ -154,7 +180,8 @@ fn radix_sort_bits<T: Copy + Default>(
             c[((k >> s) as usize) & (BUCKETS - 1)] += 1;
         }
     }
-    let mut next: Vec<T> = vec![T::default(); n];
+    next.clear();
+    next.resize(n, T::default());
     for (c, &s) in counts.iter().zip(&shifts) {
         if c.iter().any(|&x| x as usize == n) {
             continue; // every key has the same digit here
@@ -170,13 +197,14 @@ fn radix_sort_bits<T: Copy + Default>(
             next[offsets[b] as usize] = item;
             offsets[b] += 1;
         }
-        std::mem::swap(items, &mut next);
+        std::mem::swap(items, next);
     }
 }
 
 /// A vector's ranking: its descending order (ties by index), each element's ascending
 /// midrank (1 = smallest, ties averaged) and the number of elements >= it (the end of its
 /// tie group in the order, i.e. the prediction set size at its threshold).
+#[derive(Debug, Default)]
 pub struct Ranking {
     pub order: Vec<u32>,
     pub midrank: Vec<f64>,
@@ -185,10 +213,20 @@ pub struct Ranking {
 
 /// One sort, then one walk over the tie groups.
 pub fn rank(values: &[f64]) -> Ranking {
+    let mut r = Ranking::default();
+    rank_into(values, &mut r, &mut SortScratch::default());
+    r
+}
+
+/// [`rank`] into `r`, reusing its vectors and the sort's buffers.
+pub fn rank_into(values: &[f64], r: &mut Ranking, scratch: &mut SortScratch) {
     let n = values.len();
-    let order = sort_descending(values);
-    let mut midrank = vec![0.0; n];
-    let mut at_least = vec![0u32; n];
+    sort_descending_into(values, &mut r.order, scratch);
+    let (order, midrank, at_least) = (&r.order, &mut r.midrank, &mut r.at_least);
+    midrank.clear();
+    midrank.resize(n, 0.0);
+    at_least.clear();
+    at_least.resize(n, 0);
     let mut start = 0;
     while start < n {
         let v = values[order[start] as usize];
@@ -203,11 +241,6 @@ pub fn rank(values: &[f64]) -> Ranking {
             at_least[i as usize] = end as u32;
         }
         start = end;
-    }
-    Ranking {
-        order,
-        midrank,
-        at_least,
     }
 }
 

@@ -1,7 +1,7 @@
 //! Per-unit transforms: computed once per unit, shared by all of its concepts and metrics.
 
 use crate::metric::{top_count, Needs, Params};
-use crate::ranks::{lane_sum, rank, robust_norm_slice};
+use crate::ranks::{lane_sum, rank, rank_into, robust_norm_slice, Ranking, SortScratch};
 use crate::rng::SplitMix64;
 
 /// What the pair kernels read about one unit a_k.
@@ -36,53 +36,82 @@ pub struct UnitProfile {
 impl UnitProfile {
     /// Transforms unit `unit` (its activations `a`, already validated finite).
     pub fn build(a: &[f64], unit: usize, needs: &Needs, params: &Params) -> UnitProfile {
+        let mut p = UnitProfile::default();
+        p.rebuild(a, unit, needs, params, &mut SortScratch::default());
+        p
+    }
+
+    /// [`UnitProfile::build`] into this profile, reusing its vectors and the sort's buffers,
+    /// so a thread that transforms many units faults in its memory once.
+    pub fn rebuild(
+        &mut self,
+        a: &[f64],
+        unit: usize,
+        needs: &Needs,
+        params: &Params,
+        scratch: &mut SortScratch,
+    ) {
         let n = a.len();
-        let mut p = UnitProfile {
-            n,
-            ..UnitProfile::default()
-        };
+        self.n = n;
         let constant = a.iter().all(|&v| v == a[0]);
-        p.mean = if constant {
+        self.mean = if constant {
             a[0]
         } else {
             lane_sum(a) / n as f64
         };
-        p.centred = if constant {
-            vec![0.0; n]
+        self.centred.clear();
+        if constant {
+            self.centred.resize(n, 0.0);
         } else {
-            a.iter().map(|v| v - p.mean).collect()
-        };
-        p.centred_sum = lane_sum(&p.centred);
-        p.centred_norm = robust_norm_slice(&p.centred);
-        p.norm = robust_norm_slice(a);
+            let mean = self.mean;
+            self.centred.extend(a.iter().map(|v| v - mean));
+        }
+        self.centred_sum = lane_sum(&self.centred);
+        self.centred_norm = robust_norm_slice(&self.centred);
+        self.norm = robust_norm_slice(a);
 
+        let mut ranking = Ranking {
+            order: std::mem::take(&mut self.order),
+            midrank: std::mem::take(&mut self.centred_rank),
+            at_least: std::mem::take(&mut self.at_least),
+        };
         if needs.order {
-            let r = rank(a);
+            rank_into(a, &mut ranking, scratch);
             // centred by (N + 1) / 2, the mean rank
             let mid = (n as f64 + 1.0) / 2.0;
-            p.centred_rank = r.midrank;
-            p.centred_rank.iter_mut().for_each(|m| *m -= mid);
-            p.order = r.order;
-            p.at_least = r.at_least;
-            p.centred_rank_norm = robust_norm_slice(&p.centred_rank);
+            ranking.midrank.iter_mut().for_each(|m| *m -= mid);
+            self.centred_rank_norm = robust_norm_slice(&ranking.midrank);
+        } else {
+            ranking.order.clear();
+            ranking.midrank.clear();
+            ranking.at_least.clear();
+            self.centred_rank_norm = 0.0;
         }
+        (self.order, self.centred_rank, self.at_least) =
+            (ranking.order, ranking.midrank, ranking.at_least);
+
+        self.top.clear();
+        self.in_top.clear();
         if needs.top_set {
-            p.top = top_alpha_set(
+            top_alpha_set_into(
                 a,
                 params.alpha,
-                (!p.order.is_empty()).then_some(&p.order[..]),
+                (!self.order.is_empty()).then_some(&self.order[..]),
+                &mut self.top,
             );
-            p.in_top = vec![false; n];
-            for &i in &p.top {
-                p.in_top[i as usize] = true;
+            self.in_top.resize(n, false);
+            for &i in &self.top {
+                self.in_top[i as usize] = true;
             }
         }
+        self.subset.clear();
+        self.subset_a.clear();
+        self.subset_rank.clear();
         if needs.top_random {
-            p.subset = top_random_subset(&p.order, unit, params);
-            p.subset_a = p.subset.iter().map(|&i| a[i as usize]).collect();
-            p.subset_rank = rank(&p.subset_a).midrank;
+            self.subset = top_random_subset(&self.order, unit, params);
+            self.subset_a = self.subset.iter().map(|&i| a[i as usize]).collect();
+            self.subset_rank = rank(&self.subset_a).midrank;
         }
-        p
     }
 
     pub fn n(&self) -> usize {
@@ -94,6 +123,14 @@ impl UnitProfile {
 /// cut are all included (SPEC section 2). Ascending inputs, so that every sum over the set
 /// runs in one order. Uses the full order when one is at hand.
 pub fn top_alpha_set(a: &[f64], alpha: f64, order: Option<&[u32]>) -> Vec<u32> {
+    let mut top = Vec::new();
+    top_alpha_set_into(a, alpha, order, &mut top);
+    top
+}
+
+/// [`top_alpha_set`] into `top` (cleared first).
+pub fn top_alpha_set_into(a: &[f64], alpha: f64, order: Option<&[u32]>, top: &mut Vec<u32>) {
+    top.clear();
     let n_top = top_count(alpha, a.len());
     let cut = match order {
         Some(order) => a[order[n_top - 1] as usize],
@@ -104,9 +141,7 @@ pub fn top_alpha_set(a: &[f64], alpha: f64, order: Option<&[u32]>) -> Vec<u32> {
         }
     };
     // One pass in input order: the set comes out ascending, whatever found the cut.
-    (0..a.len() as u32)
-        .filter(|&i| a[i as usize] >= cut)
-        .collect()
+    top.extend((0..a.len() as u32).filter(|&i| a[i as usize] >= cut));
 }
 
 /// k inputs drawn without replacement from the unit's top ceil(alpha N) (by the unique
