@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
@@ -65,7 +65,8 @@ class _Progress:
     """A one-line progress bar on a terminal; silent elsewhere except for notices."""
 
     enabled: bool
-    stream: TextIO = sys.stderr
+    # Looked up at run time, so a redirected stderr (contextlib, pytest) receives the notices.
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
 
     def __post_init__(self) -> None:
         self.tty = self.enabled and self.stream.isatty()
@@ -130,12 +131,13 @@ def evaluate(
         Sequences or text files (one name per line); default the names the sources carry,
         else integer indices.
     scratch : path, optional
-        Directory for the unit-major scratch copy of a row-major file; by default inside
-        `<out>.partial/` (or a temporary directory when `out` is None).
+        A directory in which to put (in a subdirectory of its own, deleted when done) the
+        unit-major scratch copy of a row-major file; by default `<out>.partial/scratch`,
+        or a temporary directory when `out` is None.
     restart : bool
         Discard an unfinished run on `out` that was started with different arguments.
     progress : bool
-        A progress bar on a terminal, and notices (resuming, finished) on stderr.
+        A progress bar on a terminal, and a notice on stderr when a run resumes.
 
     Returns
     -------
@@ -162,10 +164,12 @@ def evaluate(
         raise ShapeError(f"activations have {acts.n_rows} inputs (rows) but concepts have {conc.n_rows}")
     bounds = _blocks(acts, conc.n_columns, block_units)
     report = _Progress(progress)
+    # The concepts are validated (and transformed) before anything is written.
+    prepared = _core.prepare_concepts(conc.core, names)
 
     if out is None:
         with tempfile.TemporaryDirectory(prefix="neuroneval-", dir=scratch) as tmp:
-            parts = _run(acts, conc, args, top, bounds, Path(tmp), Path(tmp) / "scratch", report, keep_parts=False)
+            parts = _run(acts, prepared, conc, args, top, bounds, Path(tmp), Path(tmp) / "scratch", report)
             return pl.concat(parts) if parts else _empty_table(names, top, acts, conc)
 
     out = Path(out)
@@ -190,13 +194,11 @@ def evaluate(
         "concept_names": conc.names,
     }
     done = _open_state(work, state, restart, report)
-    scratch_dir = Path(scratch) if scratch is not None else work / "scratch"
-    _run(acts, conc, args, top, bounds, work, scratch_dir, report, keep_parts=True, done=done)
+    # Our own subdirectory of a user's scratch directory: only it is ever deleted.
+    scratch_dir = work / "scratch" if scratch is None else Path(scratch) / f"{work.name}-scratch"
+    _run(acts, prepared, conc, args, top, bounds, work, scratch_dir, report, done=done)
     _merge(work, len(bounds), out)
     shutil.rmtree(work, ignore_errors=True)
-    if scratch is not None:
-        shutil.rmtree(scratch_dir, ignore_errors=True)
-    report.say(f"wrote {out}")
     return out
 
 
@@ -263,6 +265,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 def _run(
     acts: Source,
+    prepared: _core.PreparedConcepts,
     conc: Source,
     args: tuple[list[str], float, float, int, float, int],
     top: int | None,
@@ -271,14 +274,15 @@ def _run(
     scratch: Path,
     report: _Progress,
     *,
-    keep_parts: bool,
     done: set[int] | None = None,
 ) -> list[pl.DataFrame]:
+    """Scores the blocks not in `done`: into part files when `done` is given (a run with an
+    output file), else into the returned tables."""
+    keep_parts = done is not None
     done = done or set()
     todo = [i for i in range(len(bounds)) if i not in done]
     if not todo:
         return []
-    prepared = _core.prepare_concepts(conc.core, args[0])
     blocks = _BlockReader(acts, bounds, scratch, report)
     frames: list[pl.DataFrame] = []
     for count, i in enumerate(todo, start=1):

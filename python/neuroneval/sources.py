@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -57,6 +58,7 @@ __all__ = [
 MANIFEST = "manifest.json"
 _FORMAT = "neuroneval-shards"
 _FILE_DTYPES = (np.float16, np.float32, np.float64)
+_NATIVE = "<" if sys.byteorder == "little" else ">"
 CoreSparse = tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[Any]]
 
 
@@ -173,13 +175,18 @@ def _npy_header(path: Path) -> tuple[tuple[int, ...], bool, np.dtype[Any], int]:
     return shape, fortran, dtype, offset
 
 
-def _open_npy(path: Path, what: str) -> np.ndarray:
+def _open_npy(path: Path, what: str, *, allow_no_rows: bool = False) -> np.ndarray:
     shape, fortran, dtype, offset = _npy_header(path)
     if len(shape) != 2:
         raise ShapeError(f"{what} file {path} holds an array of shape {shape}; expected 2-D (inputs x columns)")
     if dtype.type not in _FILE_DTYPES and dtype.kind not in "biu":
         raise DTypeError(f"{what} file {path} has dtype {dtype}; expected float16, float32 or float64")
-    if 0 in shape:
+    if dtype.byteorder not in "=|" and dtype.byteorder != _NATIVE:
+        raise DTypeError(
+            f"{what} file {path} is {'big' if dtype.byteorder == '>' else 'little'}-endian ({dtype.str}); "
+            f"rewrite it in native byte order, e.g. np.save(path, np.load(path).astype('{dtype.newbyteorder('=').str}'))"
+        )
+    if shape[1] == 0 or (shape[0] == 0 and not allow_no_rows):
         raise EmptyInputError(f"empty input: {what} file {path} has shape {shape}")
     arr = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
     return np.asarray(arr) if dtype.kind in "biu" else arr
@@ -212,12 +219,7 @@ def read_names(x: str | os.PathLike[str] | Sequence[str] | None, count: int, wha
     if x is None:
         return None
     if isinstance(x, (str, os.PathLike)):
-        path = Path(x)
-        if not path.is_file():
-            raise FileNotFoundError(f"{what} file {path} does not exist")
-        names = [line.rstrip("\r\n") for line in path.read_text(encoding="utf-8").splitlines()]
-        while names and names[-1] == "":
-            names.pop()
+        names = _names_file(x, what)
     else:
         names = [str(n) for n in x]
     if len(names) != count:
@@ -309,7 +311,12 @@ def _open_shards(directory: Path, what: str) -> Source:
     if not files:
         raise EmptyInputError(f"{directory} has no shards")
     if manifest["layout"] == "dense":
-        arrays = [_open_npy(f, what) for f in files]
+        # An empty shard (a batch with no rows) is legal; it contributes nothing.
+        opened = [(f, _open_npy(f, what, allow_no_rows=True)) for f in files]
+        files = [f for f, a in opened if a.shape[0] > 0]
+        arrays = [a for _, a in opened if a.shape[0] > 0]
+        if not arrays:
+            raise EmptyInputError(f"empty input: the shards in {directory} hold no rows")
         dtypes = {a.dtype for a in arrays}
         if len(dtypes) > 1:
             raise DTypeError(f"the shards in {directory} mix dtypes {sorted(map(str, dtypes))}")
@@ -320,7 +327,8 @@ def _open_shards(directory: Path, what: str) -> Source:
         if total != n:
             raise ShapeError(f"the shards in {directory} hold {total} rows; the manifest says {n}")
         arrays = [as_matrix(a, what) if a.dtype.type not in _FILE_DTYPES else a for a in arrays]
-        return Source("shards", (n, k), arrays, arrays[0].dtype, names, tuple(files), str(directory))
+        all_files = tuple(f for f, _ in opened)  # the fingerprint covers the empty ones too
+        return Source("shards", (n, k), arrays, arrays[0].dtype, names, all_files, str(directory))
     if manifest["layout"] == "triplets":
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for f in files:
@@ -405,13 +413,19 @@ def read_concept_table(path: str | os.PathLike[str], *, n_inputs: int, concept_n
     if not path.is_file():
         raise FileNotFoundError(f"concept table {path} does not exist")
     try:
-        table = pl.read_parquet(path) if path.suffix == ".parquet" else pl.read_csv(path)
+        table = (
+            pl.read_parquet(path)
+            if path.suffix == ".parquet"
+            else pl.read_csv(path, schema_overrides={"concept": pl.String})  # names stay text: "007"
+        )
     except Exception as e:  # polars raises many kinds; all mean the file is unreadable
         raise SourceError(f"cannot read the concept table {path}: {e}") from e
     value_col = "probability" if "probability" in table.columns else "label"
-    missing = [c for c in ("input", "concept", value_col) if c not in table.columns]
+    missing = [c for c in ("input", "concept") if c not in table.columns]
+    if value_col not in table.columns:
+        missing.append("probability (or label)")
     if missing:
-        raise SourceError(f"concept table {path} lacks the column(s) {missing}; it has {table.columns}")
+        raise SourceError(f"concept table {path} lacks the column(s) {', '.join(missing)}; it has {table.columns}")
     table_names = table["concept"].cast(pl.String)
     if table_names.null_count() or table["input"].null_count() or table[value_col].null_count():
         raise SourceError(f"concept table {path} has empty cells")
@@ -419,7 +433,7 @@ def read_concept_table(path: str | os.PathLike[str], *, n_inputs: int, concept_n
         names = sorted(set(table_names.to_list()))
     else:
         names = (
-            _names_file(concept_names)
+            _names_file(concept_names, "concept_names")
             if isinstance(concept_names, (str, os.PathLike))
             else [str(n) for n in concept_names]
         )
@@ -433,19 +447,27 @@ def read_concept_table(path: str | os.PathLike[str], *, n_inputs: int, concept_n
     column_of = {n: i for i, n in enumerate(names)}
     cols = np.array([column_of[n] for n in table_names.to_list()], dtype=np.int64)
     try:
-        rows = table["input"].cast(pl.Int64, strict=True).to_numpy()
+        inputs = table["input"].cast(pl.Float64, strict=True).to_numpy()
         values = table[value_col].cast(pl.Float64, strict=True).to_numpy()
     except Exception as e:
         raise SourceError(f"concept table {path}: 'input' must hold integers and '{value_col}' numbers ({e})") from e
+    if not np.all(np.isfinite(inputs) & (inputs == np.round(inputs))):
+        bad = inputs[~(np.isfinite(inputs) & (inputs == np.round(inputs)))][0]
+        raise SourceError(f"concept table {path}: 'input' must hold whole row numbers; found {bad}")
+    rows = inputs.astype(np.int64)
     src = _from_triplets((n_inputs, len(names)), rows, cols, values, f"concept table {path}")
     return replace(src, kind="table", names=names, files=(path,), origin=str(path))
 
 
-def _names_file(x: str | os.PathLike[str]) -> list[str]:
+def _names_file(x: str | os.PathLike[str], what: str) -> list[str]:
+    """One name per line; trailing blank lines (a final newline) are not names."""
     path = Path(x)
     if not path.is_file():
-        raise FileNotFoundError(f"concept_names file {path} does not exist")
-    return [line for line in path.read_text(encoding="utf-8").splitlines() if line != ""]
+        raise FileNotFoundError(f"{what} file {path} does not exist")
+    names = path.read_text(encoding="utf-8").splitlines()
+    while names and names[-1].strip() == "":
+        names.pop()
+    return names
 
 
 def write_shards(

@@ -8,8 +8,8 @@ use rayon::prelude::*;
 use crate::concepts::ConceptSet;
 use crate::error::{CoreError, Result};
 use crate::metric::{Metric, Needs, Params};
-use crate::ranks::SortScratch;
 use crate::pair::{PairKernel, Precomputed, Products};
+use crate::ranks::SortScratch;
 use crate::source::MatrixSource;
 use crate::sweep;
 use crate::unit::UnitProfile;
@@ -24,10 +24,13 @@ pub fn unit_block(n_inputs: usize) -> usize {
 /// Scores in metric order: `values[m][k * T + t]` for a matrix call, `values[m][p]` for pairs.
 pub type Scores = Vec<Vec<f64>>;
 
+/// Shape and finiteness of the activations; a bad value's column is reported as its global
+/// unit index (`first_unit` + the column in this source).
 fn check_activations(
     activations: &dyn MatrixSource,
     n_inputs: usize,
     units: &[usize],
+    first_unit: usize,
 ) -> Result<()> {
     if activations.rows() == 0 || activations.cols() == 0 {
         return Err(CoreError::Empty(format!(
@@ -42,7 +45,22 @@ fn check_activations(
             activations.rows()
         )));
     }
-    activations.check_finite("activations", units)
+    activations
+        .check_finite("activations", units)
+        .map_err(|e| match e {
+            CoreError::NonFinite {
+                what,
+                row,
+                column,
+                value,
+            } => CoreError::NonFinite {
+                what,
+                row,
+                column: column + first_unit,
+                value,
+            },
+            other => other,
+        })
 }
 
 fn check_metrics(metrics: &[Metric]) -> Result<()> {
@@ -65,9 +83,9 @@ pub fn score_matrix(
     check_metrics(metrics)?;
     let all_units: Vec<usize> = (0..activations.cols()).collect();
     // Cheap checks of the activations first, the concepts' transforms after.
-    check_activations(activations, concepts.rows(), &all_units)?;
+    check_activations(activations, concepts.rows(), &all_units, first_unit)?;
     let concepts = ConceptSet::build(concepts, None, &Needs::of(metrics), true)?;
-    score_matrix_with(activations, &concepts, metrics, params, first_unit)
+    score_checked(activations, &concepts, metrics, params, first_unit)
 }
 
 /// [`score_matrix`] against concepts transformed once by [`ConceptSet::build`] (with
@@ -83,11 +101,22 @@ pub fn score_matrix_with(
 ) -> Result<Scores> {
     params.validate()?;
     check_metrics(metrics)?;
+    concepts.check_prepared_for(&Needs::of(metrics))?;
+    let all_units: Vec<usize> = (0..activations.cols()).collect();
+    check_activations(activations, concepts.n_inputs, &all_units, first_unit)?;
+    score_checked(activations, concepts, metrics, params, first_unit)
+}
+
+/// [`score_matrix_with`] once the inputs are checked.
+fn score_checked(
+    activations: &dyn MatrixSource,
+    concepts: &ConceptSet,
+    metrics: &[Metric],
+    params: &Params,
+    first_unit: usize,
+) -> Result<Scores> {
     let needs = Needs::of(metrics);
-    concepts.check_prepared_for(&needs)?;
     let k = activations.cols();
-    let all_units: Vec<usize> = (0..k).collect();
-    check_activations(activations, concepts.n_inputs, &all_units)?;
     let t = concepts.len();
     let block = unit_block(concepts.n_inputs);
 
@@ -289,7 +318,7 @@ pub fn score_pairs(
         v
     };
     let (used_units, used_concepts) = (used(|p| p.0), used(|p| p.1));
-    check_activations(activations, concepts.rows(), &used_units)?;
+    check_activations(activations, concepts.rows(), &used_units, 0)?;
     let needs = Needs::of(metrics);
     let set = ConceptSet::build(concepts, Some(&used_concepts), &needs, false)?;
 

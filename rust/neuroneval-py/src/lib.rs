@@ -203,17 +203,24 @@ fn to_py_err(e: CoreError) -> PyErr {
 /// The rayon pool, rebuilt after a fork (a forked child has no pool threads) or on request.
 static POOL: Mutex<Option<(u32, usize, Arc<ThreadPool>)>> = Mutex::new(None);
 
-fn configured_threads() -> usize {
-    std::env::var("NEURONEVAL_NUM_THREADS")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+/// `NEURONEVAL_NUM_THREADS` when set (a positive integer, else an error), else the CPU count.
+fn configured_threads() -> PyResult<usize> {
+    match std::env::var("NEURONEVAL_NUM_THREADS") {
+        Err(_) => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(to_py_err(CoreError::Parameter {
+                name: "NEURONEVAL_NUM_THREADS",
+                value: format!("{v:?}"),
+                reason: "must be a positive integer (or unset, for one thread per CPU)",
+            })),
+        },
+    }
 }
 
 fn pool() -> PyResult<Arc<ThreadPool>> {
     let pid = std::process::id();
-    let threads = configured_threads();
+    let threads = configured_threads()?;
     let mut guard = POOL.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((p, t, pool)) = guard.as_ref() {
         if *p == pid && *t == threads {
@@ -404,7 +411,7 @@ fn metric_names() -> Vec<&'static str> {
 
 /// The number of threads the next call will use.
 #[pyfunction]
-fn num_threads() -> usize {
+fn num_threads() -> PyResult<usize> {
     configured_threads()
 }
 
