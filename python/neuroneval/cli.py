@@ -239,31 +239,14 @@ def _split_metrics(text: str | None) -> list[str] | None:
 def _open_inputs(
     activations: str, concepts: str, unit_names: str | None, concept_names: str | None
 ) -> tuple[Source, Source]:
-    """Both sources, with their names; `.npz` files are read as scipy sparse matrices.
+    """Both sources, with their names.
 
     The sources are opened once here and handed to `evaluate`/`score` (which take a `Source`
     as is), so a concept table is read once and the summary knows the shapes.
     """
-    acts = open_activations(_load_npz(activations, "activations"), unit_names=unit_names)
-    conc = open_concepts(_load_npz(concepts, "concepts"), n_inputs=acts.n_rows, concept_names=concept_names)
+    acts = open_activations(activations, unit_names=unit_names)
+    conc = open_concepts(concepts, n_inputs=acts.n_rows, concept_names=concept_names)
     return acts, conc
-
-
-def _load_npz(path: str, what: str) -> Any:
-    """A scipy sparse matrix for a `.npz` file; any other path unchanged (the sources read it)."""
-    p = Path(path)
-    if p.suffix != ".npz" or p.is_dir():
-        return path
-    if not p.exists():
-        raise FileNotFoundError(f"{what} file {p} does not exist")
-    try:
-        import scipy.sparse as sp
-    except ImportError as e:
-        raise SourceError(f"reading {what} from {p} needs scipy (pip install scipy)") from e
-    try:
-        return sp.load_npz(p)
-    except Exception as e:  # zipfile, numpy and scipy raise many kinds; all mean unreadable
-        raise SourceError(f"{what} file {p} is not a sparse matrix saved by scipy.sparse.save_npz: {e}") from e
 
 
 def read_pairs(path: str | os.PathLike[str]) -> np.ndarray:

@@ -7,6 +7,7 @@ Activations (N inputs x K units):
 
 - a numpy array or torch tensor (float16/bfloat16/float32/float64, any strides);
 - a path to a `.npy` file, opened as a memory map (float16, float32, float64);
+- a path to a `.npz` file holding a `scipy.sparse` matrix (`scipy.sparse.save_npz`);
 - a path to a shard directory: row shards that stack along N, described by `manifest.json`
   (see `write_shards`), either dense `.npy` shards or sparse `(row, unit, value)` triplets;
 - a `scipy.sparse` matrix or array (CSR, CSC, COO, ...): absent entries are zeros, and zeros
@@ -258,6 +259,18 @@ def _from_sparse(x: Any, what: str) -> Source:
     return Source("sparse", (int(m.shape[0]), int(m.shape[1])), core, values.dtype)
 
 
+def _load_npz(path: Path, what: str) -> Any:
+    """The scipy sparse matrix in a `.npz` file written by `scipy.sparse.save_npz`."""
+    try:
+        import scipy.sparse as sp
+    except ImportError as e:  # pragma: no cover - scipy comes with scikit-learn
+        raise SourceError(f"reading {what} from {path} needs scipy (pip install scipy)") from e
+    try:
+        return sp.load_npz(path)
+    except Exception as e:  # zipfile, numpy and scipy raise many kinds; all mean unreadable
+        raise SourceError(f"{what} file {path} is not a sparse matrix saved by scipy.sparse.save_npz: {e}") from e
+
+
 def _from_triplets(shape: tuple[int, int], rows: np.ndarray, cols: np.ndarray, values: np.ndarray, what: str) -> Source:
     """A CSC source from (row, column, value) triplets; duplicates and out-of-range indices
     are errors, not silently summed."""
@@ -356,7 +369,9 @@ def _open(x: Any, what: str) -> Source:
             arr = _open_npy(path, what)
             arr = as_matrix(arr, what) if arr.dtype.type not in _FILE_DTYPES else arr
             return Source("npy", arr.shape, arr, arr.dtype, None, (path,), str(path))
-        raise SourceError(f"cannot read {what} from {path}: expected a .npy file or a shard directory")
+        if path.suffix == ".npz":
+            return replace(_from_sparse(_load_npz(path, what), what), files=(path,), origin=str(path))
+        raise SourceError(f"cannot read {what} from {path}: expected a .npy or .npz file or a shard directory")
     if _is_sparse(x):
         return _from_sparse(x, what)
     arr = as_matrix(x, what)  # an empty array reaches the core, which names the problem
