@@ -213,7 +213,11 @@ def _check_keep(keep: Any) -> int | None:
 def _blocks(acts: Source, n_concepts: int, block_units: int | None) -> list[tuple[int, int]]:
     n, k = acts.shape
     if block_units is None:
-        by_bytes = DEFAULT_BLOCK_BYTES // max(1, n * acts.dtype.itemsize)
+        # A block's activations: N values per unit, or a sparse unit's entries (12 bytes each)
+        per_unit = n * acts.dtype.itemsize
+        if isinstance(acts.core, tuple):
+            per_unit = max(1, 12 * len(acts.core[2]) // max(1, k))
+        by_bytes = DEFAULT_BLOCK_BYTES // max(1, per_unit)
         block_units = max(1, min(k, by_bytes, _MAX_BLOCK_ROWS // max(1, n_concepts)))
     elif isinstance(block_units, bool) or not isinstance(block_units, (int, np.integer)) or block_units < 1:
         raise ParameterError(f"block_units must be a positive integer; got {block_units!r}")

@@ -41,6 +41,8 @@ pub struct ConceptColumn {
     pub norm: f64,
     /// ||rank - (N+1)/2||, exactly 0 for a constant column.
     pub rank_centred_norm: f64,
+    /// sum over the nonzero entries of (rank - zero_rank) (present with the ranks).
+    pub rank_above_zero_sum: f64,
 }
 
 impl ConceptColumn {
@@ -77,6 +79,7 @@ impl ConceptColumn {
             let shift = col.n_zero as f64;
             col.nz_rank = r.midrank.iter().map(|m| m + shift).collect();
             col.nz_at_least = r.at_least;
+            col.rank_above_zero_sum = col.nz_rank.iter().map(|r| r - col.zero_rank).sum();
         }
 
         let constant =

@@ -1,14 +1,14 @@
 //! Scoring all (unit, concept) pairs, or a list of pairs: blocks of units in parallel,
 //! each unit transformed once, then the pair kernel for each of its concepts.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use rayon::prelude::*;
 
 use crate::concepts::ConceptSet;
 use crate::error::{CoreError, Result};
 use crate::metric::{Metric, Needs, Params};
-use crate::pair::{PairKernel, Precomputed, Products};
+use crate::pair::{ForwardSums, PairKernel, Precomputed, Products};
 use crate::ranks::SortScratch;
 use crate::source::MatrixSource;
 use crate::sweep;
@@ -143,6 +143,7 @@ fn score_checked(
         workspaces: (0..rayon::current_num_threads().max(1))
             .map(|_| Mutex::default())
             .collect(),
+        forward_all_inputs: OnceLock::new(),
     };
     blocks.into_par_iter().for_each(|(start, mut outs)| {
         let units: Vec<usize> = (start..(start + block).min(k)).collect();
@@ -160,6 +161,8 @@ struct Job<'a> {
     first_unit: usize,
     /// One per thread of the pool.
     workspaces: Vec<Mutex<Workspace>>,
+    /// The forward sums when b is every input (sparse units whose cut falls at 0).
+    forward_all_inputs: OnceLock<Vec<ForwardSums>>,
 }
 
 /// Transforms the block's units, then scores them.
@@ -179,14 +182,46 @@ fn score_block(
         columns,
         profiles,
         sort,
+        entry_rows,
+        entry_values,
     } = &mut *w;
     let n = activations.rows();
-    columns.clear();
-    columns.resize(units.len() * n, 0.0);
-    activations.columns_into(units, columns);
     profiles.resize_with(units.len(), UnitProfile::default);
-    for ((p, a), &u) in profiles.iter_mut().zip(columns.chunks(n)).zip(units) {
-        p.rebuild(a, job.first_unit + u, &job.needs, job.params, sort);
+    // Units of a sparse source transform from their entries alone, when every sum the
+    // metrics need comes from a sweep; the rest (and units without zeros) densely.
+    let needs = &job.needs;
+    let swept = |wanted: bool| !wanted || concepts.rows.is_some();
+    let sparse_ok = concepts.dense.is_none()
+        && swept(needs.products || needs.rank_products)
+        && swept(needs.forward);
+    let mut dense_units: Vec<usize> = Vec::new();
+    for (b, &u) in units.iter().enumerate() {
+        entry_rows.clear();
+        entry_values.clear();
+        let built = sparse_ok
+            && activations.explicit_entries(u, entry_rows, entry_values)
+            && entry_rows.len() < n
+            && profiles[b].rebuild_sparse(
+                n,
+                entry_rows,
+                entry_values,
+                job.first_unit + u,
+                needs,
+                job.params,
+                sort,
+            );
+        if !built {
+            dense_units.push(b);
+        }
+    }
+    if !dense_units.is_empty() {
+        let cols: Vec<usize> = dense_units.iter().map(|&b| units[b]).collect();
+        columns.clear();
+        columns.resize(cols.len() * n, 0.0);
+        activations.columns_into(&cols, columns);
+        for (&b, a) in dense_units.iter().zip(columns.chunks(n)) {
+            profiles[b].rebuild(a, job.first_unit + units[b], needs, job.params, sort);
+        }
     }
     score_profiles(profiles, concepts, job, outs);
 }
@@ -198,6 +233,8 @@ struct Workspace {
     columns: Vec<f64>,
     profiles: Vec<UnitProfile>,
     sort: SortScratch,
+    entry_rows: Vec<u32>,
+    entry_values: Vec<f64>,
 }
 
 /// Multiplies the block's transformed units with dense concepts if there are any, then runs
@@ -216,22 +253,41 @@ fn score_profiles(
         _ => None,
     };
 
-    // Products with sparse concepts: one sweep over the concept rows for the whole block.
+    // Products with sparse concepts: one sweep over the concept rows for the block's dense
+    // units, one over its entries for each sparse unit.
     let rows = concepts.rows.as_ref();
     let sparse: Option<Vec<Vec<Products>>> = rows
         .filter(|_| dense.is_none() && (needs.products || needs.rank_products))
-        .map(|r| sweep::products(profiles, concepts, r, needs));
+        .map(|r| {
+            let dense_units: Vec<&UnitProfile> =
+                profiles.iter().filter(|p| p.sparse.is_none()).collect();
+            let mut swept = sweep::products(&dense_units, concepts, r, needs).into_iter();
+            profiles
+                .iter()
+                .map(|p| match &p.sparse {
+                    Some(sp) => sweep::products_sparse(p, sp, concepts, r, needs),
+                    None => swept.next().expect("one sweep result per dense unit"),
+                })
+                .collect()
+        });
 
     let mut kernel = PairKernel::default();
     let mut row = vec![0.0; metrics.len()];
     for (u, profile) in profiles.iter().enumerate() {
         // Sums for all concepts at once, by sweeps over the unit's inputs.
-        let forward = rows
-            .filter(|_| needs.forward)
-            .map(|r| sweep::forward(profile, concepts, r, needs));
-        let inverse = needs
-            .inverse
-            .then(|| sweep::inverse(profile, concepts, &concepts.labels, needs));
+        let forward = rows.filter(|_| needs.forward).map(|r| {
+            if profile.top_is_all {
+                job.forward_all_inputs
+                    .get_or_init(|| sweep::forward_all_inputs(concepts, needs))
+                    .clone()
+            } else {
+                sweep::forward(profile, concepts, r, needs)
+            }
+        });
+        let inverse = needs.inverse.then(|| match &profile.sparse {
+            Some(sp) => sweep::inverse_sparse(profile, sp, concepts, &concepts.labels, needs),
+            None => sweep::inverse(profile, concepts, &concepts.labels, needs),
+        });
         for (c, col) in concepts.columns.iter().enumerate() {
             let pre = Precomputed {
                 products: dense

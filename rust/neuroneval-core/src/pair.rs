@@ -217,7 +217,7 @@ impl PairKernel {
         let n = unit.n();
         let mut s = PairStats {
             n: n as f64,
-            nb: unit.top.len() as f64,
+            nb: unit.n_top as f64,
             ny: col.n_positive() as f64,
             ..Default::default()
         };
@@ -248,7 +248,11 @@ impl PairKernel {
     fn forward(&mut self, unit: &UnitProfile, col: &ConceptColumn, needs: &Needs) -> ForwardSums {
         let n = unit.n();
         let nnz = col.nz_index.len();
-        let nb = unit.top.len();
+        let nb = unit.n_top;
+        debug_assert!(
+            unit.sparse.is_none(),
+            "the pair kernel reads dense profiles"
+        );
         let acc = &mut self.forward;
         acc.reset();
         let mut visit =

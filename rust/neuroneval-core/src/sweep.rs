@@ -9,7 +9,7 @@ use crate::concepts::{ConceptSet, LabelIndex, RowIndex};
 use crate::metric::Needs;
 use crate::pair::{ForwardAccumulator, ForwardSums, InverseSums, Products};
 use crate::ranks::{finish_ap, group_weight};
-use crate::unit::UnitProfile;
+use crate::unit::{SparseEntries, UnitProfile};
 
 /// Forward sums over the unit's top set, for every concept.
 pub fn forward(
@@ -30,7 +30,7 @@ pub fn forward(
             acc[rows.concept[j] as usize].add(rows.value[j], rank, at_least, needs);
         }
     }
-    let (nb, n) = (unit.top.len(), unit.n());
+    let (nb, n) = (unit.n_top, unit.n());
     acc.iter_mut()
         .zip(&set.columns)
         .map(|(a, col)| a.finish(nb, n, col, needs))
@@ -161,7 +161,7 @@ const PRODUCT_TILE: usize = 256;
 /// concept-major (`acc[c][u]`), so each entry adds one contiguous vector of unit values into
 /// one contiguous vector of sums.
 pub fn products(
-    units: &[UnitProfile],
+    units: &[&UnitProfile],
     set: &ConceptSet,
     rows: &RowIndex,
     needs: &Needs,
@@ -239,4 +239,155 @@ fn scatter(
             }
         }
     }
+}
+
+/// [`forward`] when b is every input: the same sums, from each concept's own entries.
+pub fn forward_all_inputs(set: &ConceptSet, needs: &Needs) -> Vec<ForwardSums> {
+    let n = set.n_inputs;
+    let mut acc = ForwardAccumulator::default();
+    set.columns
+        .iter()
+        .map(|col| {
+            acc.reset();
+            for j in 0..col.nz_index.len() {
+                let rank = col.nz_rank.get(j).copied().unwrap_or(0.0);
+                let at_least = col.nz_at_least.get(j).copied().unwrap_or(0);
+                acc.add(col.nz_value[j], rank, at_least, needs);
+            }
+            acc.finish(n, n, col, needs)
+        })
+        .collect()
+}
+
+/// [`products`] of a sparse unit: a sweep over its entries only. The zero entries add
+/// closed-form terms: sum_i (a_i - mean) c_i = sum over entries of a_i c_i - mean sum(c),
+/// and the centred ranks of the zero group are one constant.
+pub fn products_sparse(
+    unit: &UnitProfile,
+    sp: &SparseEntries,
+    set: &ConceptSet,
+    rows: &RowIndex,
+    needs: &Needs,
+) -> Vec<Products> {
+    let t = set.len();
+    let (mut raw, mut rank_cov) = (vec![0.0; t], vec![0.0; t]);
+    for (e, &i) in sp.rows.iter().enumerate() {
+        let entries = rows.ptr[i as usize]..rows.ptr[i as usize + 1];
+        if needs.products {
+            let a = sp.values[e];
+            for j in entries.clone() {
+                raw[rows.concept[j] as usize] += a * rows.value[j];
+            }
+        }
+        if needs.rank_products {
+            let w = sp.centred_rank[e] - sp.zero_centred_rank;
+            for j in entries {
+                rank_cov[rows.concept[j] as usize] += w * rows.rank_above_zero[j];
+            }
+        }
+    }
+    set.columns
+        .iter()
+        .enumerate()
+        .map(|(c, col)| {
+            let rc = rank_cov[c] + sp.zero_centred_rank * col.rank_above_zero_sum;
+            Products::from_centred(raw[c] - unit.mean * col.sum, rc, unit, col)
+        })
+        .collect()
+}
+
+/// [`inverse`] of a sparse unit: label sums over its entries plus the zero group's closed
+/// form, and the AP walk over its entries with the zero group as one tie group in between.
+pub fn inverse_sparse(
+    unit: &UnitProfile,
+    sp: &SparseEntries,
+    set: &ConceptSet,
+    labels: &LabelIndex,
+    needs: &Needs,
+) -> Vec<InverseSums> {
+    let t = set.len();
+    let n = unit.n();
+    let mid = (n as f64 + 1.0) / 2.0;
+    let mut out = vec![InverseSums::default(); t];
+    // positives among the entries, per concept
+    let mut in_entries = vec![0u32; t];
+    for (e, &i) in sp.rows.iter().enumerate() {
+        let list = &labels.concept[labels.ptr[i as usize]..labels.ptr[i as usize + 1]];
+        let a = sp.values[e];
+        let r = if needs.order {
+            sp.centred_rank[e] + mid
+        } else {
+            0.0
+        };
+        for &c in list {
+            let o = &mut out[c as usize];
+            o.centred_sum += a;
+            o.rank_sum += r;
+            in_entries[c as usize] += 1;
+        }
+    }
+    let zero_rank = sp.zero_centred_rank + mid;
+    for ((o, col), &k) in out.iter_mut().zip(&set.columns).zip(&in_entries) {
+        let zeros = col.n_positive() - k as usize;
+        o.centred_sum -= unit.mean * col.n_positive() as f64;
+        o.rank_sum += if needs.order {
+            zeros as f64 * zero_rank
+        } else {
+            0.0
+        };
+    }
+    if needs.inverse_ap {
+        let mut state = vec![ApState::default(); t];
+        let nnz = sp.rows.len();
+        let mut start = 0;
+        // The zero group comes after the positive entries (and is skipped when empty).
+        let mut zeros_done = sp.n_zero == 0;
+        while start < nnz || !zeros_done {
+            if !zeros_done && start == sp.n_above {
+                let weight = group_weight(sp.zero_at_least as usize);
+                for ((st, col), &k) in state.iter_mut().zip(&set.columns).zip(&in_entries) {
+                    let cnt = col.n_positive() as u32 - k;
+                    if cnt > 0 {
+                        st.tp += cnt;
+                        st.ap += cnt as f64 * st.tp as f64 * weight;
+                    }
+                }
+                zeros_done = true;
+                continue;
+            }
+            let end_entry = {
+                let mut end = start + 1;
+                let v = sp.values[sp.order[start] as usize];
+                while end < nnz && sp.values[sp.order[end] as usize] == v {
+                    end += 1;
+                }
+                end
+            };
+            let group = &sp.order[start..end_entry];
+            let weight = group_weight(sp.at_least[group[0] as usize] as usize);
+            for &e in group {
+                let i = sp.rows[e as usize] as usize;
+                for &c in &labels.concept[labels.ptr[i]..labels.ptr[i + 1]] {
+                    let s = &mut state[c as usize];
+                    s.tp += 1;
+                    s.in_group += 1;
+                }
+            }
+            for &e in group {
+                let i = sp.rows[e as usize] as usize;
+                for &c in &labels.concept[labels.ptr[i]..labels.ptr[i + 1]] {
+                    let s = &mut state[c as usize];
+                    if s.in_group > 0 {
+                        s.ap += s.in_group as f64 * s.tp as f64 * weight;
+                        s.in_group = 0;
+                    }
+                }
+            }
+            start = end_entry;
+        }
+        for (c, o) in out.iter_mut().enumerate() {
+            o.ap = finish_ap(state[c].ap, set.columns[c].n_positive());
+        }
+    }
+    out
 }

@@ -1,7 +1,9 @@
 //! Per-unit transforms: computed once per unit, shared by all of its concepts and metrics.
 
 use crate::metric::{top_count, Needs, Params};
-use crate::ranks::{lane_sum, rank, rank_into, robust_norm_slice, Ranking, SortScratch};
+use crate::ranks::{
+    lane_sum, rank, rank_into, robust_norm, robust_norm_slice, Ranking, SortScratch,
+};
 use crate::rng::SplitMix64;
 
 /// What the pair kernels read about one unit a_k.
@@ -24,9 +26,16 @@ pub struct UnitProfile {
     pub at_least: Vec<u32>,
     /// Descending order, ties by index (present when `Needs::order`).
     pub order: Vec<u32>,
-    /// The top-alpha set b: members, and membership by input.
+    /// |b|, the size of the top-alpha set (ties at the cut included).
+    pub n_top: usize,
+    /// The top-alpha set b: members (ascending), and membership by input. Both empty for
+    /// a sparse unit whose b is every input (`top_is_all`).
     pub top: Vec<u32>,
     pub in_top: Vec<bool>,
+    pub top_is_all: bool,
+    /// Present for a unit transformed from its nonzero entries only ([`SparseEntries`]);
+    /// then `centred`, `centred_rank`, `at_least`, `order` and `in_top` are empty.
+    pub sparse: Option<SparseEntries>,
     /// The top-random subset (with duplicates), its activations and their midranks.
     pub subset: Vec<u32>,
     pub subset_a: Vec<f64>,
@@ -90,6 +99,8 @@ impl UnitProfile {
         (self.order, self.centred_rank, self.at_least) =
             (ranking.order, ranking.midrank, ranking.at_least);
 
+        self.sparse = None;
+        self.top_is_all = false;
         self.top.clear();
         self.in_top.clear();
         if needs.top_set {
@@ -104,6 +115,7 @@ impl UnitProfile {
                 self.in_top[i as usize] = true;
             }
         }
+        self.n_top = self.top.len();
         self.subset.clear();
         self.subset_a.clear();
         self.subset_rank.clear();
@@ -148,13 +160,22 @@ pub fn top_alpha_set_into(a: &[f64], alpha: f64, order: Option<&[u32]>, top: &mu
 /// descending order), plus k drawn without replacement from all N; duplicates kept.
 /// Each unit seeds its own stream, so results do not depend on the thread count.
 pub fn top_random_subset(order: &[u32], unit: usize, params: &Params) -> Vec<u32> {
-    let n = order.len();
+    top_random_subset_by(order.len(), |j| order[j], unit, params)
+}
+
+/// [`top_random_subset`] with the descending order given as a function of the position.
+fn top_random_subset_by(
+    n: usize,
+    order: impl Fn(usize) -> u32,
+    unit: usize,
+    params: &Params,
+) -> Vec<u32> {
     let pool = top_count(params.top_random_alpha, n);
     let mut rng = SplitMix64::for_stream(params.seed, unit as u64);
     let mut subset: Vec<u32> = rng
         .sample_without_replacement(pool, params.top_random_k.min(pool))
         .into_iter()
-        .map(|j| order[j])
+        .map(order)
         .collect();
     subset.extend(
         rng.sample_without_replacement(n, params.top_random_k.min(n))
@@ -162,4 +183,197 @@ pub fn top_random_subset(order: &[u32], unit: usize, params: &Params) -> Vec<u32
             .map(|j| j as u32),
     );
     subset
+}
+
+/// A unit stored by its entries other than 0, as SAE latents are: every per-input quantity
+/// is kept for those entries only, and the zero entries form one tie group whose terms are
+/// closed forms. Costs O(nnz log nnz) per unit instead of O(N).
+#[derive(Debug, Default)]
+pub struct SparseEntries {
+    /// Inputs with a != 0, ascending, and a there.
+    pub rows: Vec<u32>,
+    pub values: Vec<f64>,
+    /// Ascending midrank minus (N+1)/2, and #{j : a_j >= a_i}, at those inputs (present
+    /// when `Needs::order`).
+    pub centred_rank: Vec<f64>,
+    pub at_least: Vec<u32>,
+    /// Positions in `rows`, by value descending (ties by input).
+    pub order: Vec<u32>,
+    /// Entries above 0: in the descending order of all inputs, the zero group comes right
+    /// after them.
+    pub n_above: usize,
+    /// The zero group: its size, centred midrank and #{j : a_j >= 0}.
+    pub n_zero: usize,
+    pub zero_centred_rank: f64,
+    pub zero_at_least: u32,
+}
+
+impl SparseEntries {
+    /// The input at `position` of the descending order of all N inputs (ties by input).
+    fn input_at(&self, position: usize) -> u32 {
+        if position < self.n_above {
+            self.rows[self.order[position] as usize]
+        } else if position < self.n_above + self.n_zero {
+            // the k-th input (ascending) that is not an entry: k + the entries before it,
+            // found as the first entry m with rows[m] - m (non-entries before it) > k
+            let k = position - self.n_above;
+            let (mut lo, mut hi) = (0, self.rows.len());
+            while lo < hi {
+                let m = (lo + hi) / 2;
+                if self.rows[m] as usize - m <= k {
+                    lo = m + 1;
+                } else {
+                    hi = m;
+                }
+            }
+            (k + lo) as u32
+        } else {
+            self.rows[self.order[position - self.n_zero] as usize]
+        }
+    }
+
+    /// a at input `i`.
+    fn value_at(&self, i: u32) -> f64 {
+        self.rows.binary_search(&i).map_or(0.0, |e| self.values[e])
+    }
+}
+
+impl UnitProfile {
+    /// The profile of a unit of `n` inputs given by its nonzero entries (`rows` ascending,
+    /// `values` != 0 and finite). Returns false, leaving the profile unusable, when the
+    /// top-alpha set is neither inside the entries nor every input: the caller then builds
+    /// the dense profile. Requires at least one zero entry.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rebuild_sparse(
+        &mut self,
+        n: usize,
+        rows: &[u32],
+        values: &[f64],
+        unit: usize,
+        needs: &Needs,
+        params: &Params,
+        scratch: &mut SortScratch,
+    ) -> bool {
+        let nnz = rows.len();
+        debug_assert!(nnz < n);
+        let n_zero = n - nnz;
+        let mut sp = self.sparse.take().unwrap_or_default();
+        sp.rows.clear();
+        sp.rows.extend_from_slice(rows);
+        sp.values.clear();
+        sp.values.extend_from_slice(values);
+        self.n = n;
+        self.mean = lane_sum(values) / n as f64;
+        let mean = self.mean;
+        self.centred_sum = values.iter().map(|v| v - mean).sum::<f64>() - n_zero as f64 * mean;
+        self.centred_norm = if nnz == 0 {
+            0.0 // constant 0: exactly 0, as the dense profile has it
+        } else {
+            robust_norm(values.iter().map(|v| v - mean), -mean, n_zero)
+        };
+        self.norm = robust_norm(values.iter().copied(), 0.0, 0);
+        for v in [&mut self.centred, &mut self.centred_rank] {
+            v.clear();
+        }
+        self.at_least.clear();
+        self.order.clear();
+        self.in_top.clear();
+        self.top.clear();
+        self.top_is_all = false;
+
+        sp.n_zero = n_zero;
+        sp.n_above = values.iter().filter(|&&v| v > 0.0).count();
+        sp.centred_rank.clear();
+        sp.at_least.clear();
+        sp.order.clear();
+        if needs.order || needs.top_set || needs.top_random {
+            crate::ranks::sort_descending_into(values, &mut sp.order, scratch);
+        }
+        if needs.order {
+            self.centred_rank_norm = sparse_ranks(&mut sp, n);
+        } else {
+            self.centred_rank_norm = 0.0;
+        }
+        if needs.top_set {
+            let n_top = top_count(params.alpha, n);
+            if n_top <= sp.n_above {
+                // b lies inside the positive entries: ties at the cut included, ascending
+                let cut = values[sp.order[n_top - 1] as usize];
+                self.top.extend(
+                    rows.iter()
+                        .zip(values)
+                        .filter(|(_, &v)| v >= cut)
+                        .map(|(&i, _)| i),
+                );
+                self.n_top = self.top.len();
+            } else {
+                // b takes in the zero group; it is every input when no entry lies below
+                // its cut, which (b holding the zeros) means no negative entry outside b.
+                let below_zero = nnz - sp.n_above;
+                let cut_position = n_top - 1;
+                let everything = below_zero == 0 || {
+                    let last = values[sp.order[nnz - 1] as usize];
+                    let cut = if cut_position < sp.n_above + n_zero {
+                        0.0
+                    } else {
+                        values[sp.order[cut_position - n_zero] as usize]
+                    };
+                    last >= cut
+                };
+                if !everything {
+                    self.sparse = Some(sp);
+                    return false;
+                }
+                self.top_is_all = true;
+                self.n_top = n;
+            }
+        } else {
+            self.n_top = 0;
+        }
+        self.subset.clear();
+        self.subset_a.clear();
+        self.subset_rank.clear();
+        if needs.top_random {
+            self.subset = top_random_subset_by(n, |j| sp.input_at(j), unit, params);
+            self.subset_a = self.subset.iter().map(|&i| sp.value_at(i)).collect();
+            self.subset_rank = rank(&self.subset_a).midrank;
+        }
+        self.sparse = Some(sp);
+        true
+    }
+}
+
+/// Midranks and group ends of the entries within all n inputs (the zero group sits between
+/// the positive and the negative entries); returns the centred-rank norm.
+fn sparse_ranks(sp: &mut SparseEntries, n: usize) -> f64 {
+    let nnz = sp.rows.len();
+    let mid = (n as f64 + 1.0) / 2.0;
+    // position in the order of all inputs of the entry at position q of the entries' order
+    let full = |q: usize| if q < sp.n_above { q } else { q + sp.n_zero };
+    sp.centred_rank.resize(nnz, 0.0);
+    sp.at_least.resize(nnz, 0);
+    let mut start = 0;
+    while start < nnz {
+        let v = sp.values[sp.order[start] as usize];
+        let mut end = start + 1;
+        while end < nnz && sp.values[sp.order[end] as usize] == v {
+            end += 1;
+        }
+        // equal values share a sign, so the group is contiguous in the full order too
+        let (first, last) = (full(start), full(end - 1) + 1);
+        let midrank = (n + 1) as f64 - (first + 1 + last) as f64 / 2.0;
+        for &e in &sp.order[start..end] {
+            sp.centred_rank[e as usize] = midrank - mid;
+            sp.at_least[e as usize] = last as u32;
+        }
+        start = end;
+    }
+    let (first, last) = (sp.n_above, sp.n_above + sp.n_zero);
+    sp.zero_centred_rank = (n + 1) as f64 - (first + 1 + last) as f64 / 2.0 - mid;
+    sp.zero_at_least = last as u32;
+    robust_norm(
+        sp.centred_rank.iter().copied(),
+        sp.zero_centred_rank,
+        sp.n_zero,
+    )
 }

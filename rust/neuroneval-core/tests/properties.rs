@@ -3,7 +3,7 @@
 use neuroneval_core::concepts::DENSE_PRODUCT_DENSITY;
 use neuroneval_core::ranks::{average_precision, roc_auc};
 use neuroneval_core::unit::top_alpha_set;
-use neuroneval_core::{score_matrix, score_pairs, MatrixView, Metric, Params};
+use neuroneval_core::{score_matrix, score_pairs, MatrixView, Metric, Params, SparseColumns};
 use proptest::prelude::*;
 
 /// Mann-Whitney by counting every (positive, negative) pair; ties count 1/2.
@@ -123,6 +123,59 @@ proptest! {
             for (p, (u, v)) in x.iter().zip(y).enumerate() {
                 prop_assert!(u.to_bits() == v.to_bits() || (u.is_nan() && v.is_nan()),
                     "{} pair {}: {} vs {}", metrics[m].name(), p, u, v);
+            }
+        }
+    }
+
+    /// A sparse unit is transformed from its nonzero entries alone, the zero group in
+    /// closed form: every metric agrees with the dense transform of the same column, for
+    /// top sets above, at and below the zero group, with negative entries and ties.
+    #[test]
+    fn sparse_units_match_dense_units(
+        n in 40usize..300,
+        k in 1usize..6,
+        seed in any::<u64>(),
+        alpha in 0.005f64..0.6,
+        density in 0.01f64..0.5,
+        signed in any::<bool>(),
+    ) {
+        let t = 4;
+        let mut s = seed;
+        let mut next = || { s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407); (s >> 33) as f64 / (1u64 << 31) as f64 };
+        // Column-major units with few entries, often tied (small integers), some negative.
+        let mut indptr = vec![0i64];
+        let (mut indices, mut values) = (Vec::new(), Vec::new());
+        let mut dense = vec![0.0; n * k];
+        for u in 0..k {
+            for i in 0..n {
+                if next() < density {
+                    let mut v = if next() < 0.5 { (next() * 3.0).floor() + 1.0 } else { next() + 0.01 };
+                    if signed && next() < 0.3 { v = -v; }
+                    indices.push(i as i64);
+                    values.push(v);
+                    dense[i * k + u] = v;
+                }
+            }
+            indptr.push(indices.len() as i64);
+        }
+        // Sparse concepts (the sweep path): binary labels and soft values.
+        let c: Vec<f64> = (0..n * t).map(|_| {
+            let r = next();
+            if r < 0.02 { 1.0 } else if r < 0.04 { 0.05 + r } else { 0.0 }
+        }).collect();
+        let density_c = c.iter().filter(|&&v| v != 0.0).count() as f64 / c.len() as f64;
+        prop_assume!(density_c <= DENSE_PRODUCT_DENSITY);
+        let sparse = SparseColumns::new(n, &indptr, &indices, &values).unwrap();
+        let av = MatrixView::row_major(&dense, n, k).unwrap();
+        let cv = MatrixView::row_major(&c, n, t).unwrap();
+        let params = Params { alpha, ..Params::default() };
+        let metrics = Metric::ALL.to_vec();
+        let from_sparse = score_matrix(&sparse, &cv, &metrics, &params, 0).unwrap();
+        let from_dense = score_matrix(&av, &cv, &metrics, &params, 0).unwrap();
+        for (m, (x, y)) in from_sparse.iter().zip(&from_dense).enumerate() {
+            for (p, (u, v)) in x.iter().zip(y).enumerate() {
+                prop_assert!((u - v).abs() <= 1e-12 * v.abs().max(1.0) || (u.is_nan() && v.is_nan()),
+                    "{} pair {}: sparse {} vs dense {}", metrics[m].name(), p, u, v);
             }
         }
     }
