@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -169,7 +170,8 @@ def evaluate(
 
     if out is None:
         with tempfile.TemporaryDirectory(prefix="neuroneval-", dir=scratch) as tmp:
-            parts = _run(acts, prepared, conc, args, top, bounds, Path(tmp), Path(tmp) / "scratch", report)
+            job = _Job(acts, conc, prepared, args, top, bounds, Path(tmp), report)
+            parts = job.run(Path(tmp) / "scratch")
             return pl.concat(parts) if parts else _empty_table(names, top, acts, conc)
 
     out = Path(out)
@@ -196,7 +198,7 @@ def evaluate(
     done = _open_state(work, state, restart, report)
     # Our own subdirectory of a user's scratch directory: only it is ever deleted.
     scratch_dir = work / "scratch" if scratch is None else Path(scratch) / f"{work.name}-scratch"
-    _run(acts, prepared, conc, args, top, bounds, work, scratch_dir, report, done=done)
+    _Job(acts, conc, prepared, args, top, bounds, work, report).run(scratch_dir, done)
     _merge(work, len(bounds), out)
     shutil.rmtree(work, ignore_errors=True)
     return out
@@ -267,44 +269,60 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _run(
-    acts: Source,
-    prepared: _core.PreparedConcepts,
-    conc: Source,
-    args: tuple[list[str], float, float, int, float, int],
-    top: int | None,
-    bounds: list[tuple[int, int]],
-    work: Path,
-    scratch: Path,
-    report: _Progress,
-    *,
-    done: set[int] | None = None,
-) -> list[pl.DataFrame]:
-    """Scores the blocks not in `done`: into part files when `done` is given (a run with an
-    output file), else into the returned tables."""
-    keep_parts = done is not None
-    done = done or set()
-    todo = [i for i in range(len(bounds)) if i not in done]
-    if not todo:
-        return []
-    blocks = _BlockReader(acts, bounds, scratch, report)
-    frames: list[pl.DataFrame] = []
-    for count, i in enumerate(todo, start=1):
-        start, stop = bounds[i]
-        values = _core.score_matrix(blocks.read(i), prepared, *args, first_unit=start)
-        frame = _table(values, args[0], start, stop, acts, conc, top)
-        if keep_parts:
-            tmp = _part(work, i).with_suffix(".parquet.tmp")
-            frame.write_parquet(tmp)
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, _part(work, i))
-        else:
-            frames.append(frame)
-        blocks.finished(i)
-        report.bar("scoring", len(done) + count, len(bounds))
-    blocks.close()
-    return frames
+@dataclass
+class _Job:
+    """One evaluate run: what every block is scored with, and where its parts go."""
+
+    acts: Source
+    conc: Source
+    prepared: _core.PreparedConcepts
+    args: tuple[list[str], float, float, int, float, int]
+    top: int | None
+    bounds: list[tuple[int, int]]
+    work: Path
+    report: _Progress
+
+    def run(self, scratch: Path, done: set[int] | None = None) -> list[pl.DataFrame]:
+        """Scores the blocks not in `done`: into part files when `done` is given (a run
+        with an output file), else into the returned tables."""
+        keep_parts = done is not None
+        done = done or set()
+        todo = [i for i in range(len(self.bounds)) if i not in done]
+        if not todo:
+            return []
+        blocks = _BlockReader(self.acts, self.bounds, scratch, self.report)
+        frames: list[pl.DataFrame] = []
+        # The next block is read on a second thread while the core (which releases the
+        # GIL) scores this one.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="neuroneval-read") as reader:
+            pending = reader.submit(blocks.read, todo[0])
+            for count, i in enumerate(todo, start=1):
+                data = pending.result()
+                if count < len(todo):
+                    pending = reader.submit(blocks.read, todo[count])
+                frame = self.score(i, data)
+                del data
+                if keep_parts:
+                    self.write_part(i, frame)
+                else:
+                    frames.append(frame)
+                blocks.finished(i)
+                self.report.bar("scoring", len(done) + count, len(self.bounds))
+        blocks.close()
+        return frames
+
+    def score(self, block: int, data: Any) -> pl.DataFrame:
+        start, stop = self.bounds[block]
+        values = _core.score_matrix(data, self.prepared, *self.args, first_unit=start)
+        return _table(values, self.args[0], start, stop, self.acts, self.conc, self.top)
+
+    def write_part(self, block: int, frame: pl.DataFrame) -> None:
+        """The block's part file, written aside, synced, then renamed into place."""
+        tmp = _part(self.work, block).with_suffix(".parquet.tmp")
+        frame.write_parquet(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, _part(self.work, block))
 
 
 class _BlockReader:
