@@ -187,14 +187,16 @@ fn score_block(
     } = &mut *w;
     let n = activations.rows();
     profiles.resize_with(units.len(), UnitProfile::default);
-    // Units of a sparse source transform from their entries alone, when every sum the
-    // metrics need comes from a sweep; the rest (and units without zeros) densely.
+    // Units stored sparsely, and dense units that are mostly zeros (ReLU units), transform
+    // from their nonzero entries alone when every sum the metrics need comes from a sweep;
+    // the rest (and units without zeros, or whose top set the sparse form cannot hold)
+    // densely.
     let needs = &job.needs;
     let swept = |wanted: bool| !wanted || concepts.rows.is_some();
     let sparse_ok = concepts.dense.is_none()
         && swept(needs.products || needs.rank_products)
         && swept(needs.forward);
-    let mut dense_units: Vec<usize> = Vec::new();
+    let mut pending: Vec<usize> = Vec::new();
     for (b, &u) in units.iter().enumerate() {
         entry_rows.clear();
         entry_values.clear();
@@ -211,16 +213,37 @@ fn score_block(
                 sort,
             );
         if !built {
-            dense_units.push(b);
+            pending.push(b);
         }
     }
-    if !dense_units.is_empty() {
-        let cols: Vec<usize> = dense_units.iter().map(|&b| units[b]).collect();
+    if !pending.is_empty() {
+        let cols: Vec<usize> = pending.iter().map(|&b| units[b]).collect();
         columns.clear();
         columns.resize(cols.len() * n, 0.0);
         activations.columns_into(&cols, columns);
-        for (&b, a) in dense_units.iter().zip(columns.chunks(n)) {
-            profiles[b].rebuild(a, job.first_unit + units[b], needs, job.params, sort);
+        for (&b, a) in pending.iter().zip(columns.chunks(n)) {
+            let unit = job.first_unit + units[b];
+            let mostly_zeros = sparse_ok && 2 * a.iter().filter(|&&v| v == 0.0).count() > n;
+            let built = mostly_zeros && {
+                entry_rows.clear();
+                entry_values.clear();
+                for (i, &v) in a.iter().enumerate().filter(|(_, &v)| v != 0.0) {
+                    entry_rows.push(i as u32);
+                    entry_values.push(v);
+                }
+                profiles[b].rebuild_sparse(
+                    n,
+                    entry_rows,
+                    entry_values,
+                    unit,
+                    needs,
+                    job.params,
+                    sort,
+                )
+            };
+            if !built {
+                profiles[b].rebuild(a, unit, needs, job.params, sort);
+            }
         }
     }
     score_profiles(profiles, concepts, job, outs);

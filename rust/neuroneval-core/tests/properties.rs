@@ -100,8 +100,13 @@ proptest! {
         let t = 3;
         let mut s = seed;
         let mut next = || { s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407); (s >> 33) as f64 / (1u64 << 31) as f64 };
-        // heavy ties (integers) in half the units, continuous values in the others
-        let a: Vec<f64> = (0..n * k).map(|j| if j % 2 == 0 { (next() * 4.0).floor() } else { next() - 0.5 }).collect();
+        // heavy ties (integers) in half the units, continuous values in the others; zeros
+        // only on every third row, so under half of a unit is 0 and every unit keeps the
+        // dense transform (the pair kernel's)
+        let a: Vec<f64> = (0..n * k).map(|j| if j % 2 == 0 {
+            let v = (next() * 4.0).floor();
+            if (j / k) % 3 != 0 { v.max(1.0) } else { v }
+        } else { next() - 0.5 }).collect();
         // 4% nonzero at most per concept column keeps the concepts on the sparse path
         // Distinct soft values make every sum depend on its order: the paths must agree on it.
         // Column 0 is denser (9%) so that many top inputs share a concept; the matrix stays
@@ -128,8 +133,9 @@ proptest! {
     }
 
     /// A sparse unit is transformed from its nonzero entries alone, the zero group in
-    /// closed form: every metric agrees with the dense transform of the same column, for
-    /// top sets above, at and below the zero group, with negative entries and ties.
+    /// closed form: every metric agrees with the dense transform of the same column (the
+    /// pair kernel's), for top sets above, at and below the zero group, with negative
+    /// entries and ties, whether the source is sparse or a dense array of mostly zeros.
     #[test]
     fn sparse_units_match_dense_units(
         n in 40usize..300,
@@ -170,12 +176,15 @@ proptest! {
         let cv = MatrixView::row_major(&c, n, t).unwrap();
         let params = Params { alpha, ..Params::default() };
         let metrics = Metric::ALL.to_vec();
-        let from_sparse = score_matrix(&sparse, &cv, &metrics, &params, 0).unwrap();
-        let from_dense = score_matrix(&av, &cv, &metrics, &params, 0).unwrap();
-        for (m, (x, y)) in from_sparse.iter().zip(&from_dense).enumerate() {
-            for (p, (u, v)) in x.iter().zip(y).enumerate() {
-                prop_assert!((u - v).abs() <= 1e-12 * v.abs().max(1.0) || (u.is_nan() && v.is_nan()),
-                    "{} pair {}: sparse {} vs dense {}", metrics[m].name(), p, u, v);
+        let pairs: Vec<(i64, i64)> = (0..k as i64).flat_map(|u| (0..t as i64).map(move |c| (u, c))).collect();
+        let reference = score_pairs(&av, &cv, &pairs, &metrics, &params).unwrap();
+        for source in [&sparse as &dyn neuroneval_core::MatrixSource, &av] {
+            let got = score_matrix(source, &cv, &metrics, &params, 0).unwrap();
+            for (m, (x, y)) in got.iter().zip(&reference).enumerate() {
+                for (p, (u, v)) in x.iter().zip(y).enumerate() {
+                    prop_assert!((u - v).abs() <= 1e-12 * v.abs().max(1.0) || (u.is_nan() && v.is_nan()),
+                        "{} pair {}: matrix {} vs pair kernel {}", metrics[m].name(), p, u, v);
+                }
             }
         }
     }
