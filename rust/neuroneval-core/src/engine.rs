@@ -11,7 +11,7 @@ use crate::metric::{Metric, Needs, Params};
 use crate::pair::{ForwardSums, PairKernel, Precomputed, Products};
 use crate::ranks::SortScratch;
 use crate::source::MatrixSource;
-use crate::sweep;
+use crate::sweep::{self, WalkLabels};
 use crate::unit::UnitProfile;
 
 /// Units transformed and multiplied together: 32, fewer when N is so large that 32 units'
@@ -184,6 +184,7 @@ fn score_block(
         sort,
         entry_rows,
         entry_values,
+        walk,
     } = &mut *w;
     let n = activations.rows();
     profiles.resize_with(units.len(), UnitProfile::default);
@@ -246,7 +247,7 @@ fn score_block(
             }
         }
     }
-    score_profiles(profiles, concepts, job, outs);
+    score_profiles(profiles, concepts, job, walk, outs);
 }
 
 /// Buffers one thread reuses from block to block of a call: at N = 10^6 fresh ones would
@@ -258,6 +259,7 @@ struct Workspace {
     sort: SortScratch,
     entry_rows: Vec<u32>,
     entry_values: Vec<f64>,
+    walk: WalkLabels,
 }
 
 /// Multiplies the block's transformed units with dense concepts if there are any, then runs
@@ -266,6 +268,7 @@ fn score_profiles(
     profiles: &[UnitProfile],
     concepts: &ConceptSet,
     job: &Job<'_>,
+    walk: &mut WalkLabels,
     outs: &mut [&mut [f64]],
 ) {
     let (needs, params, metrics) = (&job.needs, job.params, job.metrics);
@@ -308,8 +311,8 @@ fn score_profiles(
             }
         });
         let inverse = needs.inverse.then(|| match &profile.sparse {
-            Some(sp) => sweep::inverse_sparse(profile, sp, concepts, &concepts.labels, needs),
-            None => sweep::inverse(profile, concepts, &concepts.labels, needs),
+            Some(sp) => sweep::inverse_sparse(profile, sp, concepts, &concepts.labels, needs, walk),
+            None => sweep::inverse(profile, concepts, &concepts.labels, needs, walk),
         });
         for (c, col) in concepts.columns.iter().enumerate() {
             let pre = Precomputed {

@@ -209,6 +209,8 @@ pub struct Ranking {
     pub order: Vec<u32>,
     pub midrank: Vec<f64>,
     pub at_least: Vec<u32>,
+    /// `at_least` of each position of `order` (read in order by walks down the ranking).
+    pub group_end: Vec<u32>,
 }
 
 /// One sort, then one walk over the tie groups.
@@ -227,6 +229,7 @@ pub fn rank_into(values: &[f64], r: &mut Ranking, scratch: &mut SortScratch) {
     midrank.resize(n, 0.0);
     at_least.clear();
     at_least.resize(n, 0);
+    r.group_end.clear();
     let mut start = 0;
     while start < n {
         let v = values[order[start] as usize];
@@ -240,6 +243,8 @@ pub fn rank_into(values: &[f64], r: &mut Ranking, scratch: &mut SortScratch) {
             midrank[i as usize] = mid;
             at_least[i as usize] = end as u32;
         }
+        r.group_end
+            .extend(std::iter::repeat_n(end as u32, end - start));
         start = end;
     }
 }

@@ -26,6 +26,8 @@ pub struct UnitProfile {
     pub at_least: Vec<u32>,
     /// Descending order, ties by index (present when `Needs::order`).
     pub order: Vec<u32>,
+    /// `at_least` of each position of `order` (present when `Needs::order`).
+    pub group_end: Vec<u32>,
     /// |b|, the size of the top-alpha set (ties at the cut included).
     pub n_top: usize,
     /// The top-alpha set b: members (ascending), and membership by input. Both empty for
@@ -83,6 +85,7 @@ impl UnitProfile {
             order: std::mem::take(&mut self.order),
             midrank: std::mem::take(&mut self.centred_rank),
             at_least: std::mem::take(&mut self.at_least),
+            group_end: std::mem::take(&mut self.group_end),
         };
         if needs.order {
             rank_into(a, &mut ranking, scratch);
@@ -94,10 +97,15 @@ impl UnitProfile {
             ranking.order.clear();
             ranking.midrank.clear();
             ranking.at_least.clear();
+            ranking.group_end.clear();
             self.centred_rank_norm = 0.0;
         }
-        (self.order, self.centred_rank, self.at_least) =
-            (ranking.order, ranking.midrank, ranking.at_least);
+        (self.order, self.centred_rank, self.at_least, self.group_end) = (
+            ranking.order,
+            ranking.midrank,
+            ranking.at_least,
+            ranking.group_end,
+        );
 
         self.sparse = None;
         self.top_is_all = false;
@@ -199,6 +207,9 @@ pub struct SparseEntries {
     pub at_least: Vec<u32>,
     /// Positions in `rows`, by value descending (ties by input).
     pub order: Vec<u32>,
+    /// For each position of `order`, the end of its tie group in the order of all inputs
+    /// (its entries' `at_least`), read in order by the AP walk (present with the ranks).
+    pub group_end: Vec<u32>,
     /// Entries above 0: in the descending order of all inputs, the zero group comes right
     /// after them.
     pub n_above: usize,
@@ -277,6 +288,7 @@ impl UnitProfile {
         }
         self.at_least.clear();
         self.order.clear();
+        self.group_end.clear();
         self.in_top.clear();
         self.top.clear();
         self.top_is_all = false;
@@ -286,6 +298,7 @@ impl UnitProfile {
         sp.centred_rank.clear();
         sp.at_least.clear();
         sp.order.clear();
+        sp.group_end.clear();
         if needs.order || needs.top_set || needs.top_random {
             crate::ranks::sort_descending_into(values, &mut sp.order, scratch);
         }
@@ -352,6 +365,7 @@ fn sparse_ranks(sp: &mut SparseEntries, n: usize) -> f64 {
     let full = |q: usize| if q < sp.n_above { q } else { q + sp.n_zero };
     sp.centred_rank.resize(nnz, 0.0);
     sp.at_least.resize(nnz, 0);
+    sp.group_end.clear();
     let mut start = 0;
     while start < nnz {
         let v = sp.values[sp.order[start] as usize];
@@ -366,6 +380,8 @@ fn sparse_ranks(sp: &mut SparseEntries, n: usize) -> f64 {
             sp.centred_rank[e as usize] = midrank - mid;
             sp.at_least[e as usize] = last as u32;
         }
+        sp.group_end
+            .extend(std::iter::repeat_n(last as u32, end - start));
         start = end;
     }
     let (first, last) = (sp.n_above, sp.n_above + sp.n_zero);
