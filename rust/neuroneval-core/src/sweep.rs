@@ -481,7 +481,9 @@ mod tests {
         let (n, t) = (300, 5);
         let mut s = 7u64;
         let mut next = || {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (s >> 33) as f64 / (1u64 << 31) as f64
         };
         // ties in the unit (a few levels) and overlapping labels
@@ -511,7 +513,10 @@ mod tests {
             assert_eq!(x.to_bits(), y.to_bits(), "concept {j}");
             let y_true: Vec<bool> = (0..n).map(|i| c[i * t + j] == 1.0).collect();
             let expected = average_precision(&y_true, &a);
-            assert!((x - expected).abs() < 1e-12, "concept {j}: {x} vs {expected}");
+            assert!(
+                (x - expected).abs() < 1e-12,
+                "concept {j}: {x} vs {expected}"
+            );
         }
     }
 }
