@@ -291,7 +291,7 @@ impl ConceptSet {
         let products = needs.products || needs.rank_products;
         let dense = (for_matrix && is_dense && products)
             .then(|| DenseConcepts::from_columns(&columns, n, needs));
-        let rows = (for_matrix && !is_dense && (products || needs.forward))
+        let rows = (for_matrix && !is_dense && (products || needs.forward || needs.inverse_sums))
             .then(|| RowIndex::from_columns(&columns, n, with_ranks));
         let labels = if for_matrix && needs.inverse {
             LabelIndex::from_columns(&columns, n)

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use crate::concepts::ConceptSet;
 use crate::error::{CoreError, Result};
 use crate::metric::{Metric, Needs, Params};
-use crate::pair::{ForwardSums, PairKernel, Precomputed, Products};
+use crate::pair::{ForwardSums, InverseSums, PairKernel, Precomputed, Products};
 use crate::ranks::SortScratch;
 use crate::source::MatrixSource;
 use crate::sweep::{self, WalkLabels};
@@ -297,6 +297,20 @@ fn score_profiles(
                 .collect()
         });
 
+    // The label sums of the inverse metrics, likewise tiled over the block's dense units
+    // (a sparse unit's come from its own sweep over its entries).
+    let mut label_sums: Vec<Option<Vec<InverseSums>>> = profiles.iter().map(|_| None).collect();
+    if let Some(r) = rows.filter(|_| needs.inverse_sums) {
+        let dense_units: Vec<&UnitProfile> =
+            profiles.iter().filter(|p| p.sparse.is_none()).collect();
+        let mut sums = sweep::label_sums(&dense_units, concepts, r, needs).into_iter();
+        for (slot, p) in label_sums.iter_mut().zip(profiles) {
+            if p.sparse.is_none() {
+                *slot = sums.next();
+            }
+        }
+    }
+
     let mut kernel = PairKernel::default();
     let mut row = vec![0.0; metrics.len()];
     for (u, profile) in profiles.iter().enumerate() {
@@ -312,7 +326,14 @@ fn score_profiles(
         });
         let inverse = needs.inverse.then(|| match &profile.sparse {
             Some(sp) => sweep::inverse_sparse(profile, sp, concepts, &concepts.labels, needs, walk),
-            None => sweep::inverse(profile, concepts, &concepts.labels, needs, walk),
+            None => sweep::inverse(
+                profile,
+                concepts,
+                &concepts.labels,
+                needs,
+                walk,
+                label_sums[u].take(),
+            ),
         });
         for (c, col) in concepts.columns.iter().enumerate() {
             let pre = Precomputed {

@@ -38,19 +38,23 @@ pub fn forward(
 }
 
 /// Inverse sums over every concept's positive labels.
+/// `label_sums`, when given, are the label sums already computed for the block
+/// ([`label_sums`]); then only the AP walk runs here.
 pub fn inverse(
     unit: &UnitProfile,
     set: &ConceptSet,
     labels: &LabelIndex,
     needs: &Needs,
     walk: &mut WalkLabels,
+    label_sums: Option<Vec<InverseSums>>,
 ) -> Vec<InverseSums> {
     let t = set.len();
     let n = unit.n();
     let mid = (n as f64 + 1.0) / 2.0;
+    let summed = label_sums.is_some();
     // Both sums of a concept side by side: each label touches one cache line.
-    let mut out = vec![InverseSums::default(); t];
-    for i in (0..n).filter(|_| needs.inverse_sums) {
+    let mut out = label_sums.unwrap_or_else(|| vec![InverseSums::default(); t]);
+    for i in (0..n).filter(|_| needs.inverse_sums && !summed) {
         let (s, e) = (labels.ptr[i], labels.ptr[i + 1]);
         if s == e {
             continue;
@@ -320,6 +324,71 @@ pub fn products(
                 .collect()
         })
         .collect()
+}
+
+/// The label sums of [`inverse`] (each concept's sum over its positive labels of the
+/// centred activations, and of the ascending midranks) for a block of dense units, by the
+/// tiled sweep of [`products`]: one read of each concept entry serves all the units. Each
+/// sum adds its terms in ascending input order, as the inverse sweep and the pair kernel do.
+pub fn label_sums(
+    units: &[&UnitProfile],
+    set: &ConceptSet,
+    rows: &RowIndex,
+    needs: &Needs,
+) -> Vec<Vec<InverseSums>> {
+    let t = set.len();
+    let nu = units.len();
+    let n = units.first().map_or(0, |u| u.n());
+    let mid = (n as f64 + 1.0) / 2.0;
+    let (mut sums, mut rank_sums) = (vec![0.0; nu * t], vec![0.0; nu * t]);
+    let mut tile = vec![0.0; PRODUCT_TILE * nu];
+    for start in (0..n).step_by(PRODUCT_TILE) {
+        let end = (start + PRODUCT_TILE).min(n);
+        fill_tile(&mut tile, units.iter().map(|u| &u.centred[start..end]));
+        add_labelled(&mut sums, nu, &tile, rows, start..end);
+        if needs.order {
+            // the terms are the midranks themselves: centred rank + (N + 1) / 2
+            for (u, unit) in units.iter().enumerate() {
+                for (i, &r) in unit.centred_rank[start..end].iter().enumerate() {
+                    tile[i * nu + u] = r + mid;
+                }
+            }
+            add_labelled(&mut rank_sums, nu, &tile, rows, start..end);
+        }
+    }
+    (0..nu)
+        .map(|u| {
+            (0..t)
+                .map(|c| InverseSums {
+                    centred_sum: sums[c * nu + u],
+                    rank_sum: rank_sums[c * nu + u],
+                    ap: 0.0,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// acc[c * nu + u] += tile[i][u] for each positive label (c, value >= 0.5) of each input i.
+fn add_labelled(
+    acc: &mut [f64],
+    nu: usize,
+    tile: &[f64],
+    rows: &RowIndex,
+    inputs: std::ops::Range<usize>,
+) {
+    let first = inputs.start;
+    for i in inputs {
+        let values = &tile[(i - first) * nu..][..nu];
+        for j in rows.ptr[i]..rows.ptr[i + 1] {
+            if rows.value[j] >= 0.5 {
+                let c = rows.concept[j] as usize;
+                for (a, &v) in acc[c * nu..][..nu].iter_mut().zip(values) {
+                    *a += v;
+                }
+            }
+        }
+    }
 }
 
 /// tile[i * nu + u] = columns[u][i]: the units' values of a run of inputs, input by input.
