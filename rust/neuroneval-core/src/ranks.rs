@@ -112,18 +112,34 @@ pub struct SortScratch {
     keyed: Vec<(u64, u32)>,
     packed_next: Vec<u64>,
     keyed_next: Vec<(u64, u32)>,
+    /// Which buffer holds the last sort's keys, in sorted order.
+    sorted: SortedKeys,
+}
+
+/// Where the last [`sort_descending_into`] left its sorted keys.
+#[derive(Debug, Default, Clone, Copy)]
+enum SortedKeys {
+    /// A short vector, sorted by comparisons: no key buffer.
+    #[default]
+    None,
+    /// `packed`: a 32-bit key in the high half of each item.
+    Packed,
+    /// `keyed`: a 64-bit key in each item.
+    Keyed,
 }
 
 /// [`sort_descending`] into `order`, with reused buffers.
 pub fn sort_descending_into(values: &[f64], order: &mut Vec<u32>, scratch: &mut SortScratch) {
     let n = values.len();
     order.clear();
+    scratch.sorted = SortedKeys::None;
     if n < 64 {
         order.extend(0..n as u32);
         order.sort_by_key(|&i| (!order_key(values[i as usize]), i));
         return;
     }
     if values.iter().all(|&v| (v as f32) as f64 == v) {
+        scratch.sorted = SortedKeys::Packed;
         // key in the high 32 bits, index in the low 32: sorting by the high bytes only
         let packed = &mut scratch.packed;
         packed.clear();
@@ -137,6 +153,7 @@ pub fn sort_descending_into(values: &[f64], order: &mut Vec<u32>, scratch: &mut 
         order.extend(packed.iter().map(|&x| x as u32));
         return;
     }
+    scratch.sorted = SortedKeys::Keyed;
     let keyed = &mut scratch.keyed;
     keyed.clear();
     keyed.extend(
@@ -222,8 +239,30 @@ pub fn rank(values: &[f64]) -> Ranking {
 
 /// [`rank`] into `r`, reusing its vectors and the sort's buffers.
 pub fn rank_into(values: &[f64], r: &mut Ranking, scratch: &mut SortScratch) {
-    let n = values.len();
     sort_descending_into(values, &mut r.order, scratch);
+    // Tie groups from the sorted keys, read in order (equal keys: equal values), rather
+    // than from the values read at random through the order.
+    match scratch.sorted {
+        SortedKeys::Packed => {
+            let packed = &scratch.packed;
+            assign_ranks(r, |q| packed[q] >> 32);
+        }
+        SortedKeys::Keyed => {
+            let keyed = &scratch.keyed;
+            assign_ranks(r, |q| keyed[q].0);
+        }
+        SortedKeys::None => {
+            let order = r.order.clone();
+            assign_ranks(r, |q| order_key(values[order[q] as usize]));
+        }
+    }
+}
+
+/// Midranks, group sizes and group ends of the ranking whose order is `r.order` and whose
+/// key at position q is `key(q)`.
+#[inline(always)]
+fn assign_ranks(r: &mut Ranking, key: impl Fn(usize) -> u64) {
+    let n = r.order.len();
     let (order, midrank, at_least) = (&r.order, &mut r.midrank, &mut r.at_least);
     midrank.clear();
     midrank.resize(n, 0.0);
@@ -232,9 +271,9 @@ pub fn rank_into(values: &[f64], r: &mut Ranking, scratch: &mut SortScratch) {
     r.group_end.clear();
     let mut start = 0;
     while start < n {
-        let v = values[order[start] as usize];
+        let k = key(start);
         let mut end = start + 1;
-        while end < n && values[order[end] as usize] == v {
+        while end < n && key(end) == k {
             end += 1;
         }
         // descending positions start+1..=end average (start + 1 + end) / 2
