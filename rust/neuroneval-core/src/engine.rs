@@ -47,20 +47,7 @@ fn check_activations(
     }
     activations
         .check_finite("activations", units)
-        .map_err(|e| match e {
-            CoreError::NonFinite {
-                what,
-                row,
-                column,
-                value,
-            } => CoreError::NonFinite {
-                what,
-                row,
-                column: column + first_unit,
-                value,
-            },
-            other => other,
-        })
+        .map_err(|e| e.offset_by(0, first_unit))
 }
 
 fn check_metrics(metrics: &[Metric]) -> Result<()> {

@@ -50,4 +50,30 @@ pub enum CoreError {
     NonBinaryLabel { position: usize, value: f64 },
 }
 
+impl CoreError {
+    /// The same error with its (row, column) moved by an offset: a part of a larger matrix
+    /// (a shard, a block of units) reports positions in the whole matrix's coordinates.
+    pub fn offset_by(self, rows: usize, columns: usize) -> CoreError {
+        match self {
+            CoreError::NonFinite {
+                what,
+                row,
+                column,
+                value,
+            } => CoreError::NonFinite {
+                what,
+                row: row + rows,
+                column: column + columns,
+                value,
+            },
+            CoreError::ConceptRange { row, column, value } => CoreError::ConceptRange {
+                row: row + rows,
+                column: column + columns,
+                value,
+            },
+            other => other,
+        }
+    }
+}
+
 pub type Result<T> = std::result::Result<T, CoreError>;

@@ -108,20 +108,9 @@ impl<E: Element> MatrixSource for RowShards<'_, E> {
 
     fn check_finite(&self, what: &'static str, cols: &[usize]) -> Result<()> {
         for (shard, &start) in self.shards.iter().zip(&self.starts) {
-            shard.check_finite(what, cols).map_err(|e| match e {
-                CoreError::NonFinite {
-                    what,
-                    row,
-                    column,
-                    value,
-                } => CoreError::NonFinite {
-                    what,
-                    row: row + start,
-                    column,
-                    value,
-                },
-                other => other,
-            })?;
+            shard
+                .check_finite(what, cols)
+                .map_err(|e| e.offset_by(start, 0))?;
         }
         Ok(())
     }
