@@ -23,7 +23,7 @@ import polars as pl
 import pytest
 import scipy.sparse as sp
 from neuroneval import errors
-from neuroneval.sources import MANIFEST, open_activations, open_concepts, write_shards
+from neuroneval.sources import MANIFEST, open_activations, open_concepts, write_shards, write_triplet_shards
 from numpy.testing import assert_allclose
 
 METRICS = list(neuroneval.METRICS)
@@ -723,3 +723,25 @@ def test_fractional_input_index_in_concept_table(tmp_path: Path) -> None:
     path = tmp_path / "c.csv"
     pl.DataFrame({"input": [0.0, 1.5], "concept": ["a", "a"], "probability": [1.0, 1.0]}).write_csv(path)
     expect(errors.SourceError, "input", call=lambda: neuroneval.compute(A64[:3], path, ["auc"]))
+
+
+def test_write_triplet_shards_round_trips(tmp_path: Path) -> None:
+    """Triplets split over shards in an arbitrary order (and an empty shard) read back as
+    the matrix they came from, scores included; the unit arrays are named "unit"."""
+    rows, cols = np.nonzero(A64)
+    order = np.random.default_rng(3).permutation(len(rows))
+    rows, cols = rows[order], cols[order]
+    values = A64[rows, cols]
+    cut = len(rows) // 3
+    shards = [(rows[:cut], cols[:cut], values[:cut]), ([], [], []), (rows[cut:], cols[cut:], values[cut:])]
+    d = write_triplet_shards(tmp_path / "t", shards, shape=A64.shape, names=UNIT_NAMES)
+    with np.load(d / "shard-00000.npz") as z:
+        assert sorted(z.files) == ["row", "unit", "value"]
+    src = open_activations(d)
+    assert (src.kind, src.shape, src.names) == ("sparse", A64.shape, UNIT_NAMES)
+    got = neuroneval.compute(d, C64)
+    want = neuroneval.compute(A64, C64)
+    for m in neuroneval.METRICS:
+        np.testing.assert_allclose(got[m], want[m], rtol=0, atol=1e-12, equal_nan=True, err_msg=m)
+    with pytest.raises(errors.ShapeError, match="one length"):
+        write_triplet_shards(tmp_path / "bad", [([0, 1], [0], [1.0, 2.0])], shape=(3, 2))

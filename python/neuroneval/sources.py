@@ -8,8 +8,10 @@ Activations (N inputs x K units):
 - a numpy array or torch tensor (float16/bfloat16/float32/float64, any strides);
 - a path to a `.npy` file, opened as a memory map (float16, float32, float64);
 - a path to a `.npz` file holding a `scipy.sparse` matrix (`scipy.sparse.save_npz`);
-- a path to a shard directory: row shards that stack along N, described by `manifest.json`
-  (see `write_shards`), either dense `.npy` shards or sparse `(row, unit, value)` triplets;
+- a path to a shard directory: row shards that stack along N, described by `manifest.json`,
+  either dense `.npy` shards (`write_shards`) or sparse `(row, unit, value)` triplets, one
+  `.npz` per shard with arrays `row` (the input, counted over all shards), `unit` (or
+  `column`) and `value` (`write_triplet_shards`);
 - a `scipy.sparse` matrix or array (CSR, CSC, COO, ...): absent entries are zeros, and zeros
   are a real value that forms one tie group (SPEC section 1).
 
@@ -54,6 +56,7 @@ __all__ = [
     "read_concept_table",
     "read_names",
     "write_shards",
+    "write_triplet_shards",
 ]
 
 MANIFEST = "manifest.json"
@@ -347,7 +350,9 @@ def _open_shards(directory: Path, what: str) -> Source:
         for f in files:
             try:
                 with np.load(f) as z:
-                    parts.append((z["row"].astype(np.int64), z["column"].astype(np.int64), z["value"]))
+                    # the column array may be called "unit" (activations) or "concept"
+                    col_key = next((key for key in ("column", "unit", "concept") if key in z.files), "column")
+                    parts.append((z["row"].astype(np.int64), z[col_key].astype(np.int64), z["value"]))
             except (KeyError, ValueError, OSError) as e:
                 raise SourceError(f"triplet shard {f} is not an .npz with row, column and value arrays: {e}") from e
         rows, cols, values = (np.concatenate([p[i] for p in parts]) for i in range(3))
@@ -537,3 +542,51 @@ def write_shards(
     os.replace(tmp, directory / MANIFEST)
     return directory
 
+
+
+def write_triplet_shards(
+    directory: str | os.PathLike[str],
+    shards: Sequence[tuple[Any, Any, Any]],
+    *,
+    shape: tuple[int, int],
+    names: Sequence[str] | None = None,
+) -> Path:
+    """Writes a sparse shard directory: each `(row, unit, value)` triplet of arrays in
+    `shards` as `shard-NNNNN.npz` (rows count inputs over the whole matrix), then
+    `manifest.json` last, atomically. Absent entries are zeros.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile
+    >>> from neuroneval.sources import open_activations, write_triplet_shards
+    >>> d = write_triplet_shards(tempfile.mkdtemp(), [([0, 2], [1, 0], [0.5, 2.0])], shape=(3, 2))
+    >>> src = open_activations(d)
+    >>> src.kind, src.shape
+    ('sparse', (3, 2))
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    n, k = int(shape[0]), int(shape[1])
+    if names is not None and len(names) != k:
+        raise ShapeError(f"{len(names)} names for {k} columns")
+    entries: list[dict[str, Any]] = []
+    for i, (row, unit, value) in enumerate(shards):
+        row, unit, value = np.asarray(row, np.int64), np.asarray(unit, np.int64), np.asarray(value)
+        if not (row.shape == unit.shape == value.shape) or row.ndim != 1:
+            raise ShapeError(f"shard {i}: row, unit and value must be 1-D arrays of one length")
+        name = f"shard-{i:05d}.npz"
+        np.savez(directory / name, row=row, unit=unit, value=value)
+        entries.append({"file": name, "entries": int(row.size)})
+    manifest = {
+        "format": _FORMAT,
+        "version": 1,
+        "layout": "triplets",
+        "n_rows": n,
+        "n_columns": k,
+        "names": None if names is None else [str(x) for x in names],
+        "shards": entries,
+    }
+    tmp = directory / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    os.replace(tmp, directory / MANIFEST)
+    return directory
