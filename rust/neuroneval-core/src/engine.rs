@@ -230,7 +230,7 @@ fn score_block(
                 )
             };
             if !built {
-                profiles[b].rebuild(a, unit, needs, job.params, sort);
+                profiles[b].rebuild(a, unit, needs, job.params, sort, false);
             }
         }
     }

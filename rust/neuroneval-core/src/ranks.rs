@@ -239,21 +239,32 @@ pub fn rank(values: &[f64]) -> Ranking {
 
 /// [`rank`] into `r`, reusing its vectors and the sort's buffers.
 pub fn rank_into(values: &[f64], r: &mut Ranking, scratch: &mut SortScratch) {
+    rank_into_with(values, r, scratch, true);
+}
+
+/// [`rank_into`], leaving `r.at_least` empty unless `with_at_least` (callers that walk the
+/// order read `group_end` instead and save a scattered write per value).
+pub fn rank_into_with(
+    values: &[f64],
+    r: &mut Ranking,
+    scratch: &mut SortScratch,
+    with_at_least: bool,
+) {
     sort_descending_into(values, &mut r.order, scratch);
     // Tie groups from the sorted keys, read in order (equal keys: equal values), rather
     // than from the values read at random through the order.
     match scratch.sorted {
         SortedKeys::Packed => {
             let packed = &scratch.packed;
-            assign_ranks(r, |q| packed[q] >> 32);
+            assign_ranks(r, with_at_least, |q| packed[q] >> 32);
         }
         SortedKeys::Keyed => {
             let keyed = &scratch.keyed;
-            assign_ranks(r, |q| keyed[q].0);
+            assign_ranks(r, with_at_least, |q| keyed[q].0);
         }
         SortedKeys::None => {
             let order = r.order.clone();
-            assign_ranks(r, |q| order_key(values[order[q] as usize]));
+            assign_ranks(r, with_at_least, |q| order_key(values[order[q] as usize]));
         }
     }
 }
@@ -261,13 +272,15 @@ pub fn rank_into(values: &[f64], r: &mut Ranking, scratch: &mut SortScratch) {
 /// Midranks, group sizes and group ends of the ranking whose order is `r.order` and whose
 /// key at position q is `key(q)`.
 #[inline(always)]
-fn assign_ranks(r: &mut Ranking, key: impl Fn(usize) -> u64) {
+fn assign_ranks(r: &mut Ranking, with_at_least: bool, key: impl Fn(usize) -> u64) {
     let n = r.order.len();
     let (order, midrank, at_least) = (&r.order, &mut r.midrank, &mut r.at_least);
     midrank.clear();
     midrank.resize(n, 0.0);
     at_least.clear();
-    at_least.resize(n, 0);
+    if with_at_least {
+        at_least.resize(n, 0);
+    }
     r.group_end.clear();
     let mut start = 0;
     while start < n {
@@ -280,7 +293,11 @@ fn assign_ranks(r: &mut Ranking, key: impl Fn(usize) -> u64) {
         let mid = (n + 1) as f64 - (start + 1 + end) as f64 / 2.0;
         for &i in &order[start..end] {
             midrank[i as usize] = mid;
-            at_least[i as usize] = end as u32;
+        }
+        if with_at_least {
+            for &i in &order[start..end] {
+                at_least[i as usize] = end as u32;
+            }
         }
         r.group_end
             .extend(std::iter::repeat_n(end as u32, end - start));

@@ -2,7 +2,7 @@
 
 use crate::metric::{top_count, Needs, Params};
 use crate::ranks::{
-    lane_sum, rank, rank_into, robust_norm, robust_norm_slice, Ranking, SortScratch,
+    lane_sum, rank, rank_into_with, robust_norm, robust_norm_slice, Ranking, SortScratch,
 };
 use crate::rng::SplitMix64;
 
@@ -22,11 +22,13 @@ pub struct UnitProfile {
     /// Ascending midranks minus (N+1)/2 (present when `Needs::order`).
     pub centred_rank: Vec<f64>,
     pub centred_rank_norm: f64,
-    /// #{j : a_j >= a_i} (present when `Needs::order`).
+    /// #{j : a_j >= a_i} (present when `Needs::order`, for the pair kernel only: matrix
+    /// calls read `group_end`).
     pub at_least: Vec<u32>,
     /// Descending order, ties by index (present when `Needs::order`).
     pub order: Vec<u32>,
-    /// `at_least` of each position of `order` (present when `Needs::order`).
+    /// #{j : a_j >= a_i} for the input at each position of `order` (present when
+    /// `Needs::order`).
     pub group_end: Vec<u32>,
     /// |b|, the size of the top-alpha set (ties at the cut included).
     pub n_top: usize,
@@ -48,12 +50,14 @@ impl UnitProfile {
     /// Transforms unit `unit` (its activations `a`, already validated finite).
     pub fn build(a: &[f64], unit: usize, needs: &Needs, params: &Params) -> UnitProfile {
         let mut p = UnitProfile::default();
-        p.rebuild(a, unit, needs, params, &mut SortScratch::default());
+        p.rebuild(a, unit, needs, params, &mut SortScratch::default(), true);
         p
     }
 
     /// [`UnitProfile::build`] into this profile, reusing its vectors and the sort's buffers,
-    /// so a thread that transforms many units faults in its memory once.
+    /// so a thread that transforms many units faults in its memory once. Only what `needs`
+    /// asks for is computed; `for_pair_kernel` adds the per-input group sizes that the pair
+    /// kernel reads (a matrix call's sweeps do not).
     pub fn rebuild(
         &mut self,
         a: &[f64],
@@ -61,6 +65,7 @@ impl UnitProfile {
         needs: &Needs,
         params: &Params,
         scratch: &mut SortScratch,
+        for_pair_kernel: bool,
     ) {
         let n = a.len();
         self.n = n;
@@ -71,15 +76,20 @@ impl UnitProfile {
             lane_sum(a) / n as f64
         };
         self.centred.clear();
-        if constant {
-            self.centred.resize(n, 0.0);
+        // The centred values, their sum and the norms serve the products and label sums only.
+        if needs.products || needs.inverse_sums {
+            if constant {
+                self.centred.resize(n, 0.0);
+            } else {
+                let mean = self.mean;
+                self.centred.extend(a.iter().map(|v| v - mean));
+            }
+            self.centred_sum = lane_sum(&self.centred);
+            self.centred_norm = robust_norm_slice(&self.centred);
+            self.norm = robust_norm_slice(a);
         } else {
-            let mean = self.mean;
-            self.centred.extend(a.iter().map(|v| v - mean));
+            (self.centred_sum, self.centred_norm, self.norm) = (0.0, 0.0, 0.0);
         }
-        self.centred_sum = lane_sum(&self.centred);
-        self.centred_norm = robust_norm_slice(&self.centred);
-        self.norm = robust_norm_slice(a);
 
         let mut ranking = Ranking {
             order: std::mem::take(&mut self.order),
@@ -88,7 +98,7 @@ impl UnitProfile {
             group_end: std::mem::take(&mut self.group_end),
         };
         if needs.order {
-            rank_into(a, &mut ranking, scratch);
+            rank_into_with(a, &mut ranking, scratch, for_pair_kernel);
             // centred by (N + 1) / 2, the mean rank
             let mid = (n as f64 + 1.0) / 2.0;
             ranking.midrank.iter_mut().for_each(|m| *m -= mid);
@@ -201,14 +211,12 @@ pub struct SparseEntries {
     /// Inputs with a != 0, ascending, and a there.
     pub rows: Vec<u32>,
     pub values: Vec<f64>,
-    /// Ascending midrank minus (N+1)/2, and #{j : a_j >= a_i}, at those inputs (present
-    /// when `Needs::order`).
+    /// Ascending midrank minus (N+1)/2 at those inputs (present when `Needs::order`).
     pub centred_rank: Vec<f64>,
-    pub at_least: Vec<u32>,
     /// Positions in `rows`, by value descending (ties by input).
     pub order: Vec<u32>,
     /// For each position of `order`, the end of its tie group in the order of all inputs
-    /// (its entries' `at_least`), read in order by the AP walk (present with the ranks).
+    /// (#{j : a_j >= a_i}), read in order by the AP walk (present with the ranks).
     pub group_end: Vec<u32>,
     /// Entries above 0: in the descending order of all inputs, the zero group comes right
     /// after them.
@@ -296,7 +304,6 @@ impl UnitProfile {
         sp.n_zero = n_zero;
         sp.n_above = values.iter().filter(|&&v| v > 0.0).count();
         sp.centred_rank.clear();
-        sp.at_least.clear();
         sp.order.clear();
         sp.group_end.clear();
         if needs.order || needs.top_set || needs.top_random {
@@ -364,7 +371,6 @@ fn sparse_ranks(sp: &mut SparseEntries, n: usize) -> f64 {
     // position in the order of all inputs of the entry at position q of the entries' order
     let full = |q: usize| if q < sp.n_above { q } else { q + sp.n_zero };
     sp.centred_rank.resize(nnz, 0.0);
-    sp.at_least.resize(nnz, 0);
     sp.group_end.clear();
     let mut start = 0;
     while start < nnz {
@@ -378,7 +384,6 @@ fn sparse_ranks(sp: &mut SparseEntries, n: usize) -> f64 {
         let midrank = (n + 1) as f64 - (first + 1 + last) as f64 / 2.0;
         for &e in &sp.order[start..end] {
             sp.centred_rank[e as usize] = midrank - mid;
-            sp.at_least[e as usize] = last as u32;
         }
         sp.group_end
             .extend(std::iter::repeat_n(last as u32, end - start));
