@@ -184,34 +184,38 @@ fn score_block(
     let sparse_ok = concepts.dense.is_none()
         && swept(needs.products || needs.rank_products)
         && swept(needs.forward);
-    let mut pending: Vec<usize> = Vec::new();
+    // (block position, whether its stored entries were already tried)
+    let mut pending: Vec<(usize, bool)> = Vec::new();
     for (b, &u) in units.iter().enumerate() {
         entry_rows.clear();
         entry_values.clear();
-        let built = sparse_ok
+        let stored = sparse_ok
             && activations.explicit_entries(u, entry_rows, entry_values)
-            && entry_rows.len() < n
-            && profiles[b].rebuild_sparse(
+            && entry_rows.len() < n;
+        let unit = job.first_unit + u;
+        if !(stored
+            && sparse_transform(
+                &mut profiles[b],
                 n,
                 entry_rows,
                 entry_values,
-                job.first_unit + u,
-                needs,
-                job.params,
+                unit,
+                job,
                 sort,
-            );
-        if !built {
-            pending.push(b);
+            ))
+        {
+            pending.push((b, stored));
         }
     }
     if !pending.is_empty() {
-        let cols: Vec<usize> = pending.iter().map(|&b| units[b]).collect();
+        let cols: Vec<usize> = pending.iter().map(|&(b, _)| units[b]).collect();
         columns.clear();
         columns.resize(cols.len() * n, 0.0);
         activations.columns_into(&cols, columns);
-        for (&b, a) in pending.iter().zip(columns.chunks(n)) {
+        for (&(b, tried), a) in pending.iter().zip(columns.chunks(n)) {
             let unit = job.first_unit + units[b];
-            let mostly_zeros = sparse_ok && 2 * a.iter().filter(|&&v| v == 0.0).count() > n;
+            let mostly_zeros =
+                !tried && sparse_ok && 2 * a.iter().filter(|&&v| v == 0.0).count() > n;
             let built = mostly_zeros && {
                 entry_rows.clear();
                 entry_values.clear();
@@ -219,13 +223,13 @@ fn score_block(
                     entry_rows.push(i as u32);
                     entry_values.push(v);
                 }
-                profiles[b].rebuild_sparse(
+                sparse_transform(
+                    &mut profiles[b],
                     n,
                     entry_rows,
                     entry_values,
                     unit,
-                    needs,
-                    job.params,
+                    job,
                     sort,
                 )
             };
@@ -235,6 +239,19 @@ fn score_block(
         }
     }
     score_profiles(profiles, concepts, job, walk, outs);
+}
+
+/// [`UnitProfile::rebuild_sparse`] with the call's needs and parameters.
+fn sparse_transform(
+    profile: &mut UnitProfile,
+    n: usize,
+    rows: &[u32],
+    values: &[f64],
+    unit: usize,
+    job: &Job<'_>,
+    sort: &mut SortScratch,
+) -> bool {
+    profile.rebuild_sparse(n, rows, values, unit, &job.needs, job.params, sort)
 }
 
 /// Buffers one thread reuses from block to block of a call: at N = 10^6 fresh ones would
