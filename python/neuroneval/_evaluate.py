@@ -334,8 +334,13 @@ class _BlockReader:
         self.whole: np.ndarray | None = None
         self.transposed = acts.row_major_files and len(bounds) > 1
         if acts.row_major_files and len(bounds) == 1:
-            # One block: read the file once into memory; no scratch copy.
-            self.whole = np.concatenate(list(acts.row_chunks(_chunk_rows(acts))))
+            # One block: read the file once into memory, chunk by chunk into one array (not a
+            # list of chunks joined at the end, which would hold it twice); no scratch copy.
+            self.whole = np.empty(acts.shape, dtype=acts.dtype)
+            row = 0
+            for chunk in acts.row_chunks(_chunk_rows(acts)):
+                self.whole[row : row + chunk.shape[0]] = chunk
+                row += chunk.shape[0]
         elif self.transposed:
             self._transpose(report)
 
