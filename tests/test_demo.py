@@ -115,6 +115,36 @@ def test_importing_neuroneval_does_not_import_torch() -> None:
 
 
 @pytest.fixture(scope="module")
+def probe() -> demo.DigitsProbe:
+    return demo.probe_digits(0)
+
+
+def test_superclass_units_sum_their_members(probe: demo.DigitsProbe) -> None:
+    probs = probe.activations["class"].astype(np.float64)
+    units = probe.superclass_units()
+    assert units.shape == (probe.labels.size, len(demo.DERIVED))
+    for j, members in enumerate(demo.DERIVED.values()):
+        expected = sum(probs[:, d] for d in members)
+        np.testing.assert_allclose(units[:, j], expected, rtol=1e-12)
+    # The derived concept of each superclass unit is the concept column of its members.
+    for name, members in demo.DERIVED.items():
+        column = probe.concepts[:, demo.CONCEPT_NAMES.index(name)]
+        np.testing.assert_array_equal(column, np.isin(probe.labels, members))
+    # The probe set is every held-out image under every transform, labels tiled transform-major.
+    n_images = probe.labels.size // probe.copies
+    assert probe.copies == len(demo.ANGLES) * len(demo.SHIFTS) ** 2
+    np.testing.assert_array_equal(probe.labels, np.tile(probe.labels[:n_images], probe.copies))
+
+
+def test_hidden_setting_leaves_out_dead_units(probe: demo.DigitsProbe) -> None:
+    name, hidden, truth = demo.sanity_settings(probe)[2]
+    assert truth is None and "hidden" in name
+    every = np.concatenate([probe.activations[layer] for layer in ("conv1", "conv2", "fc1")], axis=1)
+    alive = every.max(axis=0) > every.min(axis=0)
+    np.testing.assert_array_equal(hidden, every[:, alive])
+
+
+@pytest.fixture(scope="module")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("demo")
     buffer = io.StringIO()
@@ -127,7 +157,7 @@ def test_demo_writes_one_row_per_unit_and_concept(demo_run: tuple[Path, str]) ->
     out, printed = demo_run
     path = out / "scores.parquet"
     assert path.is_file()
-    assert not [p for p in out.iterdir() if p.name != "scores.parquet"], "temporary files left behind"
+    assert sorted(p.name for p in out.iterdir()) == ["sanity", "scores.parquet"], "temporary files left behind"
     table = pl.read_parquet(path)
     assert table.columns == ["layer", "unit", "concept", *neuroneval.METRICS]
     for metric in neuroneval.METRICS:
@@ -140,7 +170,29 @@ def test_demo_writes_one_row_per_unit_and_concept(demo_run: tuple[Path, str]) ->
         assert pairs.n_unique() == pairs.height
         assert set(pairs["concept"]) == set(demo.CONCEPT_NAMES)
     assert f"{table.height} rows" in printed
-    assert len(printed.splitlines()) < 60
+    assert len(printed.splitlines()) < 90
+
+
+def test_demo_runs_the_sanity_checks_and_writes_table_3(demo_run: tuple[Path, str], probe: demo.DigitsProbe) -> None:
+    out, printed = demo_run
+    files = sorted(p.name for p in (out / "sanity").iterdir())
+    assert files == ["chart.png", "records.csv", "table.csv", "table.md"], files
+    assert (out / "sanity" / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    markdown = (out / "sanity" / "table.md").read_text()
+    assert markdown in printed, "the printed table is the written one"
+    table = pl.read_csv(out / "sanity" / "table.csv")
+    assert table["metric"].to_list() == list(neuroneval.METRICS)
+    records = pl.read_csv(out / "sanity" / "records.csv")
+    settings = set(records["setting"])
+    assert settings == {name for name, _, _ in demo.sanity_settings(probe)} | {"theoretical"}
+    # Every experimental cell is the mean of its settings' records, as Table 3 averages them.
+    experimental = records.filter(pl.col("kind") == "experimental")
+    mean_f1 = experimental.filter(metric="f1", perturbation="missing")["decrease_acc"].mean()
+    assert table.filter(metric="f1")["missing_experimental"][0] == pytest.approx(mean_f1)
+    # Each test unit is counted once per setting: 95% of the units of the setting.
+    for name, units, _ in demo.sanity_settings(probe):
+        counted = experimental.filter(setting=name, metric="correlation", perturbation="missing")["units"][0]
+        assert counted == units.shape[1] - max(1, round(0.05 * units.shape[1]))
 
 
 def test_demo_class_units_find_their_digit(demo_run: tuple[Path, str]) -> None:

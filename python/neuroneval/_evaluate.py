@@ -40,6 +40,7 @@ import numpy as np
 import polars as pl
 
 from . import _core
+from ._files import write_atomic
 from ._score import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, check_k, check_seed, metric_list
 from .errors import ParameterError, ResumeError, ShapeError
 from .sources import Source, open_activations, open_concepts
@@ -261,12 +262,7 @@ def _part(work: Path, block: int) -> Path:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, lambda p: p.write_bytes(data))
 
 
 @dataclass

@@ -1,12 +1,17 @@
 """End-to-end demo: train a small CNN on scikit-learn's digits, then ask which explanations fit its units.
 
 Run it with ``python -m neuroneval.demo [--out DIR]`` (``make demo``). It trains a tiny CNN on
-half of the 1,797 bundled 8x8 digit images (nothing is downloaded), captures its hidden layers
-and its softmax outputs on the other half (the probe set), scores every unit against 14
-concepts (the ten digits and four derived ones) with all 24 metrics, and writes the table to
-``DIR/scores.parquet``. The ten class units have a known correct concept (their digit), so
-the demo then shows how well each metric finds it: how many class units score their own
-digit above every other concept, and the pooled meta-AUPRC of SPEC section 5.
+half of the 1,797 bundled 8x8 digit images (nothing is downloaded), each seen under 45 small
+shifts and rotations, and captures its hidden layers and its softmax outputs on the other half
+under the same 45 transforms (the probe set: 40,455 inputs, the size of the paper's probing
+sets, so that even alpha = 0.0001 selects a handful of inputs). It scores every unit against
+16 concepts (the ten digits, five derived ones and heavy ink) with all 24 metrics, and writes
+the table to ``DIR/scores.parquet``. The ten class units have a known correct concept (their
+digit), so the demo then shows how well each metric finds it: how many class units score their
+own digit above every other concept, and the pooled meta-AUPRC of SPEC section 5. Last, it
+runs the sanity checks of SPEC section 4 on the class, superclass and hidden units, and the
+theoretical test, prints the paper's Table 3 beside ours, and writes it with a bar chart to
+``DIR/sanity/``.
 
 Everything is seeded, torch runs single-threaded and deterministic on the CPU, so the printed
 numbers are identical on every run (on the same machine and library versions).
@@ -20,13 +25,13 @@ Examples
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -35,15 +40,31 @@ import torch
 from torch import nn
 
 import neuroneval
+import neuroneval.sanity
 
+from ._files import write_atomic
 from .torch import capture
 
-__all__ = ["CONCEPT_NAMES", "LAYERS", "concepts_for", "main", "own_concept_first"]
+__all__ = [
+    "CONCEPT_NAMES",
+    "DERIVED",
+    "LAYERS",
+    "DigitsProbe",
+    "concepts_for",
+    "main",
+    "own_concept_first",
+    "probe_digits",
+    "run_sanity",
+    "sanity_settings",
+]
 
 ALPHA = 0.05
-EPOCHS = 12
-BATCH = 32
+EPOCHS = 2
+BATCH = 64
 LEARNING_RATE = 3e-3
+#: Every image is also seen rotated by these angles (degrees) and shifted by these pixels in x and y.
+ANGLES: tuple[float, ...] = (-10.0, -5.0, 0.0, 5.0, 10.0)
+SHIFTS: tuple[int, ...] = (-1, 0, 1)
 
 #: Layers the demo scores: name in the parquet -> (module name in the probe model, description).
 LAYERS: dict[str, tuple[str, str]] = {
@@ -53,30 +74,33 @@ LAYERS: dict[str, tuple[str, str]] = {
     "class": ("softmax", "softmax of the 10 class outputs"),
 }
 
-_DERIVED: dict[str, tuple[int, ...]] = {
+#: Derived concepts: each is a set of digits. The demo's superclass units sum their members' class probabilities.
+DERIVED: dict[str, tuple[int, ...]] = {
     "even": (0, 2, 4, 6, 8),
+    "odd": (1, 3, 5, 7, 9),
     "prime": (2, 3, 5, 7),
     "closed loop": (0, 4, 6, 8, 9),
+    "straight strokes": (1, 4, 7),
 }
-CONCEPT_NAMES: tuple[str, ...] = (*(f"digit {d}" for d in range(10)), *_DERIVED, "heavy ink")
+CONCEPT_NAMES: tuple[str, ...] = (*(f"digit {d}" for d in range(10)), *DERIVED, "heavy ink")
 
 
 def concepts_for(labels: npt.ArrayLike, ink: npt.ArrayLike) -> npt.NDArray[np.float64]:
-    """The (N, 14) binary concept matrix of `CONCEPT_NAMES` for digit labels and total ink.
+    """The (N, 16) binary concept matrix of `CONCEPT_NAMES` for digit labels and total ink.
 
     "heavy ink" is ink strictly above the median ink of these inputs.
 
     Examples
     --------
     >>> concepts_for([0, 3, 9], [10.0, 30.0, 20.0]).astype(int)
-    array([[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0],
-           [0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1],
-           [0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0]])
+    array([[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0],
+           [0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1],
+           [0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 1, 0, 0]])
     """
     y = np.asarray(labels)
     w = np.asarray(ink, dtype=np.float64)
     columns = [y == d for d in range(10)]
-    columns += [np.isin(y, members) for members in _DERIVED.values()]
+    columns += [np.isin(y, members) for members in DERIVED.values()]
     columns.append(w > np.median(w))
     return np.stack(columns, axis=1).astype(np.float64)
 
@@ -122,6 +146,38 @@ def _network() -> nn.Sequential:
     )
 
 
+def augment(images: torch.Tensor) -> torch.Tensor:
+    """Each (N, 1, 8, 8) image under every rotation of `ANGLES` and shift of `SHIFTS`, transform-major.
+
+    Bilinear resampling with zero fill; output (len(ANGLES) * len(SHIFTS)**2 * N, 1, 8, 8), the
+    i-th image of every block being input i.
+
+    Examples
+    --------
+    >>> x = torch.zeros(2, 1, 8, 8); x[:, 0, 3:5, 3:5] = 1.0
+    >>> y = augment(x)
+    >>> y.shape, bool(torch.equal(y[44], x[0]))   # the identity transform is in the middle
+    (torch.Size([90, 1, 8, 8]), True)
+    """
+    import math
+
+    import torch.nn.functional as F
+
+    blocks = []
+    n, _, height, width = images.shape
+    for angle in ANGLES:
+        t = math.radians(angle)
+        for dx in SHIFTS:
+            for dy in SHIFTS:
+                theta = torch.tensor(
+                    [[math.cos(t), -math.sin(t), 2.0 * dx / width], [math.sin(t), math.cos(t), 2.0 * dy / height]],
+                    dtype=images.dtype,
+                )
+                grid = F.affine_grid(theta.expand(n, 2, 3), list(images.shape), align_corners=False)
+                blocks.append(F.grid_sample(images, grid, align_corners=False, padding_mode="zeros"))
+    return torch.cat(blocks)
+
+
 def _train(net: nn.Module, x: torch.Tensor, y: torch.Tensor, seed: int) -> None:
     generator = torch.Generator().manual_seed(seed)
     optimiser = torch.optim.Adam(net.parameters(), lr=LEARNING_RATE)
@@ -155,66 +211,138 @@ def _deterministic_torch(seed: int) -> Iterator[None]:
             torch.set_num_threads(threads)
 
 
-def _write_parquet_atomic(table: pl.DataFrame, path: Path) -> None:
-    """Write to a fresh temporary file next to `path`, then rename it over `path` (atomic on POSIX)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-    try:
-        table.write_parquet(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+@dataclass(frozen=True)
+class DigitsProbe:
+    """The demo's trained CNN, observed on its probe set.
+
+    Attributes
+    ----------
+    activations : dict of str to ndarray
+        (N, K) float32 activations per layer of `LAYERS` (conv1, conv2, fc1, class).
+    labels : ndarray of int64, shape (N,)
+        The probe inputs' digits.
+    concepts : ndarray of float64, shape (N, len(CONCEPT_NAMES))
+    accuracy : float
+        Share of probe inputs whose argmax class output is their digit.
+    n_train : int
+        Images the CNN was trained on (each under `copies` transforms).
+    copies : int
+        Transforms of each image (`augment`); the probe set has n_images * copies inputs.
+    """
+
+    activations: dict[str, npt.NDArray[np.float32]]
+    labels: npt.NDArray[np.int64]
+    concepts: npt.NDArray[np.float64]
+    accuracy: float
+    n_train: int
+    copies: int
+
+    def superclass_units(self) -> npt.NDArray[np.float64]:
+        """(N, len(DERIVED)) superclass units: sums of their member digits' class probabilities.
+
+        The paper builds ImageNet superclass units the same way; unit j's concept is the j-th
+        derived concept.
+        """
+        probs = self.activations["class"].astype(np.float64)
+        return np.stack([probs[:, list(members)].sum(axis=1) for members in DERIVED.values()], axis=1)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the demo; returns the process exit status (0)."""
+def probe_digits(seed: int = 0) -> DigitsProbe:
+    """Train the demo's CNN on half of scikit-learn's digits and capture its units on the other half.
+
+    Deterministic for a given seed (single-threaded, deterministic torch on the CPU).
+    """
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
-
-    parser = argparse.ArgumentParser(
-        prog="python -m neuroneval.demo", description="Train a small CNN on digits and score its units."
-    )
-    parser.add_argument("--out", default="demo-out", type=Path, help="directory for scores.parquet (default: demo-out)")
-    parser.add_argument("--seed", default=0, type=int, help="seed of the split, weights and batches (default: 0)")
-    args = parser.parse_args(argv)
-    out: Path = args.out
-    seed: int = args.seed
 
     digits = load_digits()
     images = np.asarray(digits.images, dtype=np.float32) / 16.0
     labels = np.asarray(digits.target, dtype=np.int64)
     train_idx, probe_idx = train_test_split(np.arange(labels.size), test_size=0.5, stratify=labels, random_state=seed)
-    print(f"neuroneval {neuroneval.__version__} demo (seed {seed}): a small CNN on scikit-learn's digits")
-    print(f"data: {labels.size} 8x8 images, {train_idx.size} to train, {probe_idx.size} to probe (stratified)")
-
     x_all = torch.from_numpy(images).unsqueeze(1)
-    y_all = torch.from_numpy(labels)
+    copies = len(ANGLES) * len(SHIFTS) ** 2
+    x_train = augment(x_all[train_idx])
+    y_train = torch.from_numpy(labels[train_idx]).repeat(copies)
+    x_probe = augment(x_all[probe_idx])
     with _deterministic_torch(seed):
         net = _network()
-        _train(net, x_all[train_idx], y_all[train_idx], seed)
+        _train(net, x_train, y_train, seed)
         probe_model = nn.Sequential(OrderedDict(net=net, softmax=nn.Softmax(dim=1)))
-        acts = capture(probe_model, x_all[probe_idx], [m for m, _ in LAYERS.values()], reduce="mean")
-    probe_labels = labels[probe_idx]
-    accuracy = float((acts["softmax"].argmax(axis=1) == probe_labels).mean())
-    print(f"CNN conv16-conv32-pool-fc64-fc10, Adam, {EPOCHS} epochs: probe accuracy {100 * accuracy:.1f}%")
+        captured = capture(probe_model, x_probe, [m for m, _ in LAYERS.values()], reduce="mean")
+    acts = {layer: captured[module] for layer, (module, _) in LAYERS.items()}
+    probe_labels = np.tile(labels[probe_idx], copies)
+    accuracy = float((acts["class"].argmax(axis=1) == probe_labels).mean())
+    ink = x_probe.reshape(x_probe.shape[0], -1).sum(dim=1).numpy()
+    return DigitsProbe(acts, probe_labels, concepts_for(probe_labels, ink), accuracy, int(train_idx.size), copies)
 
-    ink = images.reshape(labels.size, -1).sum(axis=1)[probe_idx]
-    concepts = concepts_for(probe_labels, ink)
+
+def sanity_settings(probe: DigitsProbe) -> list[tuple[str, npt.NDArray[Any], npt.NDArray[np.int64] | None]]:
+    """The experimental sanity-check settings of the digits model: (name, units, truth).
+
+    Class units with their digit, superclass units with their derived concept, and the
+    hidden units (conv1, conv2, fc1) whose correct concept is found as argmax IoU (truth None).
+    Dead hidden units (constant on the probe set) are left out: no concept explains them.
+    """
+    derived_index = np.array([CONCEPT_NAMES.index(name) for name in DERIVED], dtype=np.int64)
+    hidden = np.concatenate([probe.activations[layer] for layer in ("conv1", "conv2", "fc1")], axis=1)
+    hidden = hidden[:, hidden.min(axis=0) < hidden.max(axis=0)]
+    return [
+        ("digits: class units", probe.activations["class"], np.arange(10, dtype=np.int64)),
+        ("digits: superclass units", probe.superclass_units(), derived_index),
+        ("digits: hidden units (argmax IoU)", hidden, None),
+    ]
+
+
+def run_sanity(probe: DigitsProbe, seed: int = 0, theoretical: bool = True) -> neuroneval.sanity.SanityResult:
+    """The experimental sanity checks on every setting of `sanity_settings` (all metrics),
+    plus the theoretical test at the paper's size when `theoretical`."""
+    results = [
+        neuroneval.sanity.experimental(units, probe.concepts, truth, seed=seed, setting=name)
+        for name, units, truth in sanity_settings(probe)
+    ]
+    if theoretical:
+        results.append(neuroneval.sanity.theoretical(seed=seed))
+    return neuroneval.sanity.SanityResult.concat(results)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the demo; returns the process exit status (0)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m neuroneval.demo", description="Train a small CNN on digits and score its units."
+    )
+    parser.add_argument("--out", default="demo-out", type=Path, help="output directory (default: demo-out)")
+    parser.add_argument(
+        "--seed", default=0, type=int, help="seed of the split, weights, batches and checks (default: 0)"
+    )
+    args = parser.parse_args(argv)
+    out: Path = args.out
+    seed: int = args.seed
+
+    print(f"neuroneval {neuroneval.__version__} demo (seed {seed}): a small CNN on scikit-learn's digits")
+    probe = probe_digits(seed)
+    n_probe = probe.labels.size
+    n_images = n_probe // probe.copies
+    print(
+        f"data: {probe.n_train + n_images} 8x8 images, {probe.n_train} to train, {n_images} to probe (stratified),"
+        f" each under {probe.copies} shifts/rotations: {n_probe:,} probe inputs"
+    )
+    print(f"CNN conv16-conv32-pool-fc64-fc10, Adam, {EPOCHS} epochs: probe accuracy {100 * probe.accuracy:.1f}%")
+    concepts = probe.concepts
     print(f"concepts ({len(CONCEPT_NAMES)}): digit 0 .. digit 9, {', '.join(CONCEPT_NAMES[10:])}")
 
     tables = []
-    for layer, (module, what) in LAYERS.items():
-        a = acts[module]
+    for layer, (_, what) in LAYERS.items():
+        a = probe.activations[layer]
         print(f"  {layer:<6} {a.shape[1]:>3} units  {what}")
         unit_names = [f"{layer}[{k}]" for k in range(a.shape[1])]
         table = neuroneval.score(a, concepts, None, alpha=ALPHA, unit_names=unit_names, concept_names=CONCEPT_NAMES)
         tables.append(table.select(pl.lit(layer).alias("layer"), pl.all()))
     scores = pl.concat(tables)
-    n_units = sum(a.shape[1] for a in acts.values())
+    n_units = sum(a.shape[1] for a in probe.activations.values())
     n_metrics = len(neuroneval.METRICS)
+    n_concepts = len(CONCEPT_NAMES)
 
-    class_scores = neuroneval.compute(acts[LAYERS["class"][0]], concepts, None, alpha=ALPHA)
+    class_scores = neuroneval.compute(probe.activations["class"], concepts, None, alpha=ALPHA)
     truth = np.arange(10)
     rows = []
     for metric, s in class_scores.items():
@@ -225,8 +353,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print()
     print(f"Class units vs their digit ({n_metrics} metrics, alpha={ALPHA}; * = passes the paper's sanity checks):")
-    print("meta-AUPRC pools all 10x14 scores (random ~ 0.07); 'own first' counts class units whose")
-    print("own digit scores strictly above the 13 other concepts (ties listed apart, NaN lowest).")
+    print(
+        f"meta-AUPRC pools all 10x{n_concepts} scores (random ~ {1 / n_concepts:.2f}); 'own first' counts class units"
+    )
+    print(f"whose own digit scores strictly above the {n_concepts - 1} other concepts (ties listed apart, NaN lowest).")
     print(f"    {'metric':<36} {'meta-AUPRC':>10}  own first")
     for value, metric, nans, first, tied in rows:
         mark = "*" if metric in neuroneval.PASSING_METRICS else " "
@@ -234,12 +364,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {mark} {metric:<36} {value:>10.3f}  {first:>2}/10{extra}")
 
     path = out / "scores.parquet"
-    _write_parquet_atomic(scores, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, scores.write_parquet)
     print()
     print(
-        f"wrote {path}: {scores.height} rows ({n_units} units x {len(CONCEPT_NAMES)} concepts), "
+        f"wrote {path}: {scores.height} rows ({n_units} units x {n_concepts} concepts), "
         f"columns layer, unit, concept + {n_metrics} metrics"
     )
+
+    print()
+    print("Sanity checks (SPEC section 4): Decrease Acc % when the correct concept loses half its labels")
+    print("(missing) or gains as many wrong ones (extra); experimental = this CNN's class, superclass and")
+    print("hidden units (alpha, lambda tuned on 5% of them), theoretical = N=500,000, 5 gammas x 1,000 seeds.")
+    print("In parentheses: the paper's Table 3. A metric passes when every cell is >= 90.")
+    sanity = run_sanity(probe, seed)
+    print(sanity.to_markdown(), end="")
+    written = sanity.write(out / "sanity")
+    print(f"wrote {', '.join(str(p) for p in written)}")
     return 0
 
 

@@ -1,16 +1,43 @@
-"""Meta-evaluation 2 (SPEC section 5): how well a metric finds known correct concepts."""
+"""Meta-evaluation 2 (SPEC section 5): how well a metric finds known correct concepts.
+
+A unit whose correct concept is known (a class output, a superclass sum, a linear probe)
+should score that concept above the others. `meta_auprc` pools every (unit, concept) score
+into one average precision against "t is unit k's concept"; `tune` picks each metric's alpha
+and lambda on validation units over SPEC's grids; `meta_evaluate` does the whole protocol
+(seeded split, tuning on validation, meta-AUPRC on test) for a list of metrics.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+import polars as pl
 
 from . import _core
-from .errors import LabelError, ShapeError
+from ._registry import METRICS
+from ._score import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, compute, metric_list
+from .errors import EmptyInputError, LabelError, ParameterError, ShapeError
 
-__all__ = ["MetaAuprc", "meta_auprc", "truth_matrix"]
+__all__ = [
+    "ALPHA_GRID",
+    "LAMBDA_GRID",
+    "MetaAuprc",
+    "Tuned",
+    "meta_auprc",
+    "meta_evaluate",
+    "split_units",
+    "truth_matrix",
+    "tune",
+]
+
+#: SPEC section 5's alpha grid, searched in this order (the first best wins ties).
+ALPHA_GRID: tuple[float, ...] = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+#: SPEC section 5's lambda grid for wpmi: 0 to 1 in steps of 0.01.
+LAMBDA_GRID: tuple[float, ...] = tuple(i / 100 for i in range(101))
 
 
 @dataclass(frozen=True)
@@ -69,3 +96,224 @@ def meta_auprc(scores: Any, truth: Any) -> MetaAuprc:
     ranks = order.astype(np.float64).reshape(-1, 1)
     value = float(_core.rank_statistic_columns("average_precision", y.reshape(-1, 1).astype(np.float64), ranks)[0])
     return MetaAuprc(value=value, nan_scores=int(nan.sum()), pairs=int(s.size))
+
+
+def split_units(n_units: int, validation: float = 0.05, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The seeded validation/test split of SPEC section 4: sorted unit indices of each part.
+
+    The validation part has round(validation * n_units) units, at least 1, and the test
+    part keeps at least 1.
+
+    Examples
+    --------
+    >>> val, test = split_units(40, 0.05, seed=0)
+    >>> len(val), len(test), sorted(np.concatenate([val, test]).tolist()) == list(range(40))
+    (2, 38, True)
+    """
+    if not isinstance(n_units, (int, np.integer)) or n_units < 2:
+        raise EmptyInputError(f"a validation/test split needs at least 2 units; got {n_units}")
+    if not 0.0 < validation < 1.0:
+        raise ParameterError(f"validation must be a fraction in (0, 1); got {validation}")
+    n_val = min(max(1, round(validation * n_units)), n_units - 1)
+    order = np.random.default_rng(seed).permutation(n_units)
+    return np.sort(order[:n_val]), np.sort(order[n_val:])
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """A metric's parameters chosen on validation units, and the meta-AUPRC they reached there.
+
+    `alpha` is None for metrics without a top-alpha set and `lam` None for all but wpmi.
+    """
+
+    metric: str
+    alpha: float | None
+    lam: float | None
+    meta_auprc: float
+    nan_scores: int
+
+
+def tune(
+    activations: Any,
+    concepts: Any,
+    truth: Any,
+    metrics: str | Sequence[str] | None = None,
+    *,
+    alphas: Sequence[float] = ALPHA_GRID,
+    lams: Sequence[float] = LAMBDA_GRID,
+    k: int = 25,
+    top_alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
+    seed: int = 0,
+) -> dict[str, Tuned]:
+    """Each metric's alpha (and wpmi's lambda) with the best meta-AUPRC on these units.
+
+    The grids are searched in order, alpha first, and the first best wins ties. Every
+    alpha costs one call that scores all alpha-using metrics together; wpmi is linear in
+    lambda, so its whole lambda grid costs one more call per alpha. Metrics without
+    parameters are scored once and reported with their meta-AUPRC. The top-random metrics
+    keep their own sampling parameters (`k`, `top_alpha`, `seed`).
+
+    Parameters
+    ----------
+    activations, concepts : array_like, shape (N, K) and (N, T)
+        The validation units and all concepts.
+    truth : array_like, shape (K,) of concept indices or (K, T) of bool
+    metrics : names from `neuroneval.METRICS`; all when omitted.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> c = (rng.random((400, 3)) < 0.1).astype(float)
+    >>> a = c + 0.01 * rng.random((400, 3))          # unit t fires on concept t
+    >>> tune(a, c, np.arange(3), ["correlation", "recall"])["recall"].meta_auprc
+    1.0
+    """
+    names = metric_list(metrics)
+    alpha_grid = [float(a) for a in alphas]
+    lam_grid = [float(v) for v in lams]
+    if not alpha_grid or not lam_grid:
+        raise ParameterError("the alpha and lambda grids must not be empty")
+
+    def scores_at(
+        which: list[str], alpha: float = DEFAULT_ALPHA, lam: float = 1.0
+    ) -> dict[str, npt.NDArray[np.float64]]:
+        return compute(activations, concepts, which, alpha=alpha, lam=lam, k=k, top_alpha=top_alpha, seed=seed)
+
+    tuned: dict[str, Tuned] = {}
+    plain = [m for m in names if not METRICS[m].uses_alpha]
+    if plain:
+        for m, s in scores_at(plain).items():
+            meta = meta_auprc(s, truth)
+            tuned[m] = Tuned(m, None, None, meta.value, meta.nan_scores)
+    with_alpha = [m for m in names if METRICS[m].uses_alpha]
+    best: dict[str, tuple[float, float, float | None, int]] = {}  # metric -> (value, alpha, lam, nan)
+
+    def consider(m: str, s: npt.NDArray[np.float64], alpha: float, lam: float | None) -> None:
+        meta = meta_auprc(s, truth)
+        if m not in best or meta.value > best[m][0]:
+            best[m] = (meta.value, alpha, lam, meta.nan_scores)
+
+    for alpha in alpha_grid:
+        if not with_alpha:
+            break
+        scores = scores_at(with_alpha, alpha, 0.0)
+        for m in with_alpha:
+            if m != "wpmi":
+                consider(m, scores[m], alpha, None)
+        if "wpmi" in scores:
+            s0 = scores["wpmi"]
+            slope = scores_at(["wpmi"], alpha, 1.0)["wpmi"] - s0
+            for lam in lam_grid:
+                consider("wpmi", s0 + lam * slope, alpha, lam)
+    for m in with_alpha:
+        value, best_alpha, best_lam, nan = best[m]
+        tuned[m] = Tuned(m, best_alpha, best_lam, value, nan)
+    return {m: tuned[m] for m in names}
+
+
+def meta_evaluate(
+    activations: Any,
+    concepts: Any,
+    truth: Any,
+    metrics: str | Sequence[str] | None = None,
+    *,
+    validation: float = 0.05,
+    seed: int = 0,
+    alpha: float | None = None,
+    lam: float | None = None,
+    k: int = 25,
+    top_alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
+) -> pl.DataFrame:
+    """SPEC section 5 end to end: split the units, tune on validation, meta-AUPRC on test.
+
+    With `alpha` given, nothing is tuned: alpha and `lam` (1 when omitted) are used. `seed`
+    seeds the split and the top-random metrics' draws. Returns one
+    row per metric: metric, alpha, lam, validation_meta_auprc (null when not tuned),
+    meta_auprc and nan_scores on the test units, and the paper's sanity verdict.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(1)
+    >>> c = (rng.random((500, 4)) < 0.2).astype(float)
+    >>> a = c + 0.5 * rng.random((500, 4))
+    >>> a = np.concatenate([a] * 5, axis=1)               # 20 units, unit k explains concept k % 4
+    >>> table = meta_evaluate(a, c, np.arange(20) % 4, ["correlation", "recall"])
+    >>> table.select("metric", "alpha", "meta_auprc").rows()
+    [('correlation', None, 1.0), ('recall', 0.0001, 0.7916666666666666)]
+    """
+    names = metric_list(metrics)
+    a = _matrix(activations, "activations")
+    truth_idx = _truth_indices(truth, a.shape[1])
+    val, test = split_units(a.shape[1], validation, seed)
+    if alpha is None:
+        chosen = tune(a[:, val], concepts, truth_idx[val], names, k=k, top_alpha=top_alpha, seed=seed)
+    else:
+        fixed_lam = 1.0 if lam is None else lam
+        chosen = {
+            m: Tuned(
+                m, alpha if METRICS[m].uses_alpha else None, fixed_lam if METRICS[m].uses_lambda else None, np.nan, 0
+            )
+            for m in names
+        }
+    rows = []
+    for m in names:
+        t = chosen[m]
+        s = compute(
+            a[:, test],
+            concepts,
+            [m],
+            alpha=t.alpha or DEFAULT_ALPHA,
+            lam=1.0 if t.lam is None else t.lam,
+            k=k,
+            top_alpha=top_alpha,
+            seed=seed,
+        )[m]
+        meta = meta_auprc(s, truth_idx[test])
+        rows.append(
+            {
+                "metric": m,
+                "alpha": t.alpha,
+                "lam": t.lam,
+                "validation_meta_auprc": None if alpha is not None else t.meta_auprc,
+                "meta_auprc": meta.value,
+                "nan_scores": meta.nan_scores,
+                "passes_sanity_in_paper": METRICS[m].passes_sanity,
+            }
+        )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "metric": pl.String,
+            "alpha": pl.Float64,
+            "lam": pl.Float64,
+            "validation_meta_auprc": pl.Float64,
+            "meta_auprc": pl.Float64,
+            "nan_scores": pl.Int64,
+            "passes_sanity_in_paper": pl.Boolean,
+        },
+    )
+
+
+def _matrix(x: Any, name: str) -> npt.NDArray[Any]:
+    from ._coerce import as_matrix
+
+    return as_matrix(x, name)
+
+
+def _truth_indices(truth: Any, n_units: int) -> npt.NDArray[np.int64]:
+    """One correct concept index per unit, from indices or a one-hot (K, T) matrix."""
+    t = np.asarray(truth)
+    if t.ndim == 2:
+        if t.shape[0] != n_units:
+            raise ShapeError(f"truth has {t.shape[0]} rows for {n_units} units")
+        y = truth_matrix(t, t.shape)
+        if not (y.sum(axis=1) == 1).all():
+            raise LabelError("each unit needs exactly one correct concept in a truth matrix")
+        return np.asarray(y.argmax(axis=1), dtype=np.int64)
+    if t.ndim != 1 or t.shape[0] != n_units:
+        raise ShapeError(f"truth must have one concept index per unit ({n_units},); got shape {t.shape}")
+    if t.dtype.kind not in "iu" or (t.size and t.min() < 0):
+        raise LabelError("truth must hold non-negative integer concept indices")
+    return t.astype(np.int64)

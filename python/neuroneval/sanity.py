@@ -1,0 +1,808 @@
+"""The sanity checks of SPEC section 4: does a metric prefer the right explanation to a worse one?
+
+Two perturbations make an explanation worse: `missing_labels` drops labels (too specific),
+`extra_labels` adds labels (too general). A trustworthy metric scores the perturbed concept
+lower for almost every unit (Decrease Acc >= 90%).
+
+- `decrease_accuracy`: one metric, units with their correct concepts, one perturbation draw.
+- `experimental`: the paper's experimental protocol on real units (seeded validation/test
+  split, alpha and lambda tuned on validation meta-AUPRC, Decrease Acc on test).
+- `theoretical`: the paper's theoretical protocol (a perfect binary unit, five gammas, many
+  seeds), computed from the perturbations' exact count distributions rather than by
+  drawing N Bernoulli variables per seed.
+
+All return a `SanityResult`, which renders as the paper's Table 3, exports to polars, CSV
+and markdown, and draws a bar chart.
+
+Examples
+--------
+>>> from neuroneval import sanity
+>>> result = sanity.theoretical(["recall", "f1"], seeds=100)
+>>> result.table().select("metric", "missing_theoretical", "extra_theoretical", "passes").rows()
+[('recall', 100.0, 0.0, False), ('f1', 100.0, 100.0, True)]
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from ._coerce import as_matrix
+from ._files import write_atomic, write_files_atomic
+from ._registry import METRICS
+from ._score import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, compute, metric_list
+from .errors import ConceptRangeError, EmptyInputError, NonFiniteError, ParameterError, ShapeError
+from .meta import _truth_indices, split_units, tune
+
+__all__ = [
+    "EPSILON",
+    "GAMMAS",
+    "PAPER_TABLE3",
+    "PASS_LEVEL",
+    "SanityResult",
+    "decrease_accuracy",
+    "experimental",
+    "extra_labels",
+    "missing_labels",
+    "table_scores",
+    "theoretical",
+]
+
+Array = npt.NDArray[np.float64]
+
+#: A delta must be below -EPSILON (strictly) to count as a decrease.
+EPSILON = 1e-3
+#: A metric passes when every Decrease Acc it was tested on is at least this (percent).
+PASS_LEVEL = 90.0
+#: Concept prevalences of the theoretical test.
+GAMMAS: tuple[float, ...] = (0.499, 0.1, 0.01, 0.001, 0.0001)
+#: Columns of Table 3, in the paper's order.
+COLUMNS: tuple[str, ...] = ("missing_experimental", "missing_theoretical", "extra_experimental", "extra_theoretical")
+
+#: The paper's Table 3 (Decrease Acc %, in the order of `COLUMNS`). The spearman rows used random tie-breaking.
+PAPER_TABLE3: dict[str, tuple[float, float, float, float]] = {
+    "recall": (98.66, 100, 0, 0),
+    "precision": (45.73, 0, 99.81, 100),
+    "f1": (93.68, 100, 99.82, 100),
+    "iou": (93.62, 100, 99.81, 100),
+    "accuracy": (23.79, 60, 70.37, 69.68),
+    "balanced_accuracy": (98.65, 100, 53.67, 60),
+    "inverse_balanced_accuracy": (64.18, 60, 99.50, 100),
+    "auc": (94.96, 100, 59.18, 60),
+    "inverse_auc": (52.81, 60, 99.99, 100),
+    "correlation": (99.41, 100, 99.92, 100),
+    "correlation_top_random": (87.83, 100, 60.26, 43.64),
+    "spearman": (64.05, 67.20, 49.21, 44.08),
+    "spearman_top_random": (80.04, 100, 59.81, 19.68),
+    "cosine": (99.45, 100, 99.26, 100),
+    "wpmi": (95.89, 100, 58.84, 100),
+    "mad": (59.81, 60, 99.34, 100),
+    "auprc": (95.61, 100, 99.46, 100),
+    "inverse_auprc": (99.15, 100, 95.58, 89.54),
+}
+
+_LOG_FLOOR = math.log(1e-8)  # wpmi's log(max(c, 1e-8)) at c = 0
+_MISSING, _EXTRA = 1, 2  # stream tags: the two perturbations never share random numbers
+
+
+# --------------------------------------------------------------------------------------------
+# Perturbations
+
+
+def missing_labels(concepts: Any, keep: float = 0.5, seed: int = 0) -> Array:
+    """The "missing labels" perturbation: c-_i = c_i * m_i with m_i ~ Bernoulli(keep).
+
+    Each concept column draws from its own seeded stream, so a column's perturbation does
+    not depend on the other columns (or on how many there are).
+
+    Parameters
+    ----------
+    concepts : array_like, shape (N, T) or (N,)
+        Concept probabilities in [0, 1].
+    keep : float
+        Probability of keeping each label, in [0, 1] (0.5 in the paper).
+    seed : int
+
+    Examples
+    --------
+    >>> c = np.ones((100_000, 1))
+    >>> float(missing_labels(c, keep=0.3, seed=1).mean().round(2))
+    0.3
+    """
+    c = _concepts(concepts)
+    if not 0.0 <= keep <= 1.0:
+        raise ParameterError(f"keep must be a probability in [0, 1]; got {keep}")
+    out = np.empty_like(c)
+    for t in range(c.shape[1]):
+        m = _stream(seed, _MISSING, t).random(c.shape[0]) < keep
+        out[:, t] = c[:, t] * m
+    return out.reshape(np.shape(concepts)) if np.ndim(concepts) == 1 else out
+
+
+def extra_labels(concepts: Any, rate: float = 2.0, seed: int = 0) -> Array:
+    """The "extra labels" perturbation: c+_i = min(c_i + e_i, 1), e_i ~ Bernoulli(min(p, 1)).
+
+    p = (rate - 1) ||c||_1 / (N - ||c||_1), so E||c+||_1 = rate ||c||_1 when p <= 1 and the
+    labels are binary; chosen entries become exactly 1 (how soft concepts are handled). A
+    column with ||c||_1 = N is returned unchanged.
+
+    Parameters
+    ----------
+    concepts : array_like, shape (N, T) or (N,)
+    rate : float
+        Target ratio of label mass after and before, >= 1 (2 in the paper).
+    seed : int
+
+    Examples
+    --------
+    >>> c = np.zeros((100_000, 1)); c[:1000] = 1
+    >>> float(extra_labels(c, rate=3.0, seed=1).sum().round(-2))
+    3000.0
+    """
+    c = _concepts(concepts)
+    if not (math.isfinite(rate) and rate >= 1.0):
+        raise ParameterError(f"rate must be a finite number >= 1; got {rate}")
+    n = c.shape[0]
+    out = c.copy()
+    for t in range(c.shape[1]):
+        mass = float(c[:, t].sum())
+        if mass >= n:
+            continue
+        p = min((rate - 1.0) * mass / (n - mass), 1.0)
+        e = _stream(seed, _EXTRA, t).random(n) < p
+        out[e, t] = 1.0
+    return out.reshape(np.shape(concepts)) if np.ndim(concepts) == 1 else out
+
+
+def _stream(seed: int, tag: int, column: int) -> np.random.Generator:
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise ParameterError(f"seed must be a non-negative integer; got {seed!r}")
+    return np.random.default_rng([int(seed), tag, column])
+
+
+def _concepts(concepts: Any) -> Array:
+    c = np.asarray(concepts, dtype=np.float64)
+    if c.ndim == 1:
+        c = c[:, None]
+    if c.ndim != 2:
+        raise ShapeError(f"concepts must be 1-D or 2-D (inputs x concepts); got shape {c.shape}")
+    if c.shape[0] == 0 or c.shape[1] == 0:
+        raise EmptyInputError(f"concepts have shape {c.shape}; need at least one input and one concept")
+    bad = ~np.isfinite(c)
+    if bad.any():
+        i, t = np.argwhere(bad)[0]
+        raise NonFiniteError(f"concepts hold a non-finite value at row {i}, column {t}")
+    bad = (c < 0) | (c > 1)
+    if bad.any():
+        i, t = np.argwhere(bad)[0]
+        raise ConceptRangeError(f"concepts hold {c[i, t]} at row {i}, column {t}; values must lie in [0, 1]")
+    return c
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass(frozen=True)
+class SanityResult:
+    """Decrease Acc records of one or more sanity runs, and their renderings.
+
+    `records` has one row per (setting, metric, perturbation[, gamma]): setting (a name such
+    as "digits: class units" or "theoretical"), kind ("experimental" or "theoretical"),
+    metric, perturbation ("missing" or "extra"), gamma (null except for theoretical per-gamma
+    rows), decrease_acc (percent), se (its standard error over seeds, theoretical only),
+    nan_deltas, units (units or seeds counted), alpha and lam (the values used).
+    """
+
+    records: pl.DataFrame
+
+    @staticmethod
+    def concat(results: Iterable[SanityResult]) -> SanityResult:
+        """One result holding the records of several runs (settings are kept apart)."""
+        return SanityResult(pl.concat([r.records for r in results], how="vertical_relaxed"))
+
+    def table(self) -> pl.DataFrame:
+        """The paper's Table 3: one row per metric, Decrease Acc per {missing, extra} x
+        {experimental, theoretical}, and `passes` (every present cell >= 90%).
+
+        Experimental cells average the settings, as the paper does; theoretical cells are
+        the mean over gammas. A cell with no run is null.
+        """
+        r = self.records.filter(pl.col("gamma").is_null())
+        cells = (
+            r.group_by("metric", "perturbation", "kind", maintain_order=True)
+            .agg(pl.col("decrease_acc").mean())
+            .with_columns((pl.col("perturbation") + "_" + pl.col("kind")).alias("column"))
+        )
+        order = [m for m in METRICS if m in set(r["metric"].to_list())]
+        rows = []
+        for m in order:
+            row: dict[str, Any] = {"metric": m}
+            for col in COLUMNS:
+                hit = cells.filter((pl.col("metric") == m) & (pl.col("column") == col))["decrease_acc"]
+                row[col] = float(hit[0]) if len(hit) else None
+            present = [row[c] for c in COLUMNS if row[c] is not None]
+            row["passes"] = bool(present) and all(v >= PASS_LEVEL for v in present)
+            rows.append(row)
+        schema: dict[str, Any] = {"metric": pl.String, **{c: pl.Float64 for c in COLUMNS}, "passes": pl.Boolean}
+        return pl.DataFrame(rows, schema=schema)
+
+    def to_markdown(self, paper: bool = True) -> str:
+        """Table 3 as a markdown table; with `paper`, each cell shows the paper's value too."""
+        table = self.table()
+        head = ["metric", "missing exp.", "missing theo.", "extra exp.", "extra theo.", "verdict"]
+        if paper:
+            head.append("paper's verdict")
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for row in table.iter_rows(named=True):
+            ref = PAPER_TABLE3.get(row["metric"])
+            cells = [row["metric"]]
+            for i, col in enumerate(COLUMNS):
+                v = row[col]
+                text = "" if v is None else f"{v:.2f}"
+                if paper and ref is not None and v is not None:
+                    text += f" ({ref[i]:g})"
+                cells.append(text)
+            cells.append("pass" if row["passes"] else "fail")
+            if paper:
+                cells.append("" if ref is None else ("pass" if min(ref) >= PASS_LEVEL else "fail"))
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines) + "\n"
+
+    def __str__(self) -> str:
+        return self.to_markdown()
+
+    def write(self, out: str | os.PathLike[str], chart: bool = True) -> list[Path]:
+        """Write table.csv, table.md, records.csv (and chart.png) into directory `out`.
+
+        All or none: the files are written aside and renamed into place only when every one
+        of them succeeded (`chart.png` needs matplotlib: the ``plot`` extra).
+        """
+        files: dict[str, Callable[[Path], object]] = {
+            "table.csv": lambda p: self.table().write_csv(p),
+            "table.md": lambda p: p.write_text(self.to_markdown()),
+            "records.csv": lambda p: self.records.write_csv(p),
+        }
+        if chart:
+            files["chart.png"] = self._draw
+        return write_files_atomic(out, files)
+
+    def plot(self, path: str | os.PathLike[str]) -> Path:
+        """Write a bar chart of Table 3 (PNG, drawn with matplotlib without a display) with the 90% line."""
+        return write_atomic(path, self._draw)
+
+    def _draw(self, path: Path) -> None:
+        try:
+            from matplotlib.figure import Figure  # a bare Figure draws with Agg: no display, no global state
+        except ImportError as e:
+            raise ImportError("the sanity-check chart needs matplotlib: pip install 'neuroneval[plot]'") from e
+
+        table = self.table()
+        metrics = table["metric"].to_list()
+        fig = Figure(figsize=(max(8.0, 0.62 * len(metrics) + 2), 4.8), dpi=120)
+        ax = fig.add_subplot()
+        x = np.arange(len(metrics))
+        width = 0.2
+        colours = ("#4c72b0", "#9ab6e0", "#dd8452", "#f2bf96")
+        labels = ("missing, experimental", "missing, theoretical", "extra, experimental", "extra, theoretical")
+        for i, (col, colour, label) in enumerate(zip(COLUMNS, colours, labels, strict=True)):
+            values = np.array([np.nan if v is None else v for v in table[col].to_list()], dtype=np.float64)
+            if np.isnan(values).all():
+                continue
+            ax.bar(x + (i - 1.5) * width, np.nan_to_num(values), width, color=colour, label=label)
+        ax.axhline(PASS_LEVEL, color="black", linestyle="--", linewidth=1, label=f"pass: {PASS_LEVEL:g}%")
+        ax.set_xticks(x, [m + (" *" if p else "") for m, p in zip(metrics, table["passes"], strict=True)])
+        ax.tick_params(axis="x", labelrotation=60)
+        for tick in ax.get_xticklabels():
+            tick.set_horizontalalignment("right")
+        ax.set_ylim(0, 105)
+        ax.set_ylabel("Decrease Acc (%)")
+        ax.set_title("Sanity checks (* = passes every test)")
+        ax.legend(fontsize=8, ncols=3, loc="lower left", bbox_to_anchor=(0, 1.08), frameon=False)
+        fig.tight_layout()
+        fig.savefig(path, format="png")
+
+
+_SCHEMA: dict[str, Any] = {
+    "setting": pl.String,
+    "kind": pl.String,
+    "metric": pl.String,
+    "perturbation": pl.String,
+    "gamma": pl.Float64,
+    "decrease_acc": pl.Float64,
+    "se": pl.Float64,
+    "nan_deltas": pl.Int64,
+    "units": pl.Int64,
+    "alpha": pl.Float64,
+    "lam": pl.Float64,
+}
+
+
+def _decrease(delta: Array, epsilon: float) -> tuple[float, int]:
+    """Decrease Acc in percent (NaN counts as "did not decrease") and the NaN count."""
+    nan = np.isnan(delta)
+    decreased = np.where(nan, False, delta < -epsilon)
+    return 100.0 * float(decreased.mean()), int(nan.sum())
+
+
+def _data_range(*scores: Array) -> float:
+    """max - min over the finite entries of all score arrays (SPEC's range of wpmi and mad)."""
+    finite = np.concatenate([s[np.isfinite(s)].ravel() for s in scores])
+    return float(finite.max() - finite.min()) if finite.size else math.nan
+
+
+def _value_range(metric: str, *scores: Array) -> float:
+    fixed = METRICS[metric].value_range
+    return fixed[1] - fixed[0] if fixed is not None else _data_range(*scores)
+
+
+# --------------------------------------------------------------------------------------------
+# Experimental protocol
+
+
+def decrease_accuracy(
+    metric: str,
+    activations: Any,
+    concepts: Any,
+    truth: Any,
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    lam: float = 1.0,
+    epsilon: float = EPSILON,
+    keep: float = 0.5,
+    rate: float = 2.0,
+    seed: int = 0,
+    k: int = 25,
+    top_alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
+) -> SanityResult:
+    """Decrease Acc of one metric under both perturbations, on units with known concepts.
+
+    One perturbation draw of the whole concept matrix (seeded) is shared by all units. Each
+    unit's delta is (s(a_k, c_pert) - s(a_k, c)) / range for its correct concept; the range
+    is the metric's (SPEC section 3), or for wpmi and mad the max minus min over every entry
+    of the original, missing and extra score matrices of these units. NaN deltas count as
+    "did not decrease" and are reported in `nan_deltas`.
+
+    Parameters
+    ----------
+    metric : str
+    activations : array_like, shape (N, K)
+    concepts : array_like, shape (N, T)
+    truth : array_like, shape (K,)
+        Each unit's correct concept index (or a one-hot (K, T) matrix).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> c = (rng.random((2000, 4)) < 0.2).astype(float)
+    >>> a = c + 0.3 * rng.random((2000, 4))
+    >>> r = decrease_accuracy("correlation", a, c, np.arange(4), seed=1)
+    >>> r.records.select("perturbation", "decrease_acc").rows()
+    [('missing', 100.0), ('extra', 100.0)]
+    """
+    return _experimental_run(
+        [metric],
+        as_matrix(activations, "activations"),
+        _concepts(concepts),
+        truth,
+        {metric: (alpha, lam)},
+        units=None,
+        epsilon=epsilon,
+        keep=keep,
+        rate=rate,
+        seed=seed,
+        k=k,
+        top_alpha=top_alpha,
+        setting="experimental",
+    )
+
+
+def experimental(
+    activations: Any,
+    concepts: Any,
+    truth: Any = None,
+    metrics: str | Sequence[str] | None = None,
+    *,
+    alpha: float | None = None,
+    lam: float | None = None,
+    validation: float = 0.05,
+    epsilon: float = EPSILON,
+    keep: float = 0.5,
+    rate: float = 2.0,
+    seed: int = 0,
+    truth_alpha: float = 0.005,
+    k: int = 25,
+    top_alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
+    setting: str = "experimental",
+) -> SanityResult:
+    """The paper's experimental sanity check on real units (SPEC section 4).
+
+    1. Correct concepts: `truth` (one concept index per unit), or when omitted each unit's
+       argmax-IoU concept at alpha = `truth_alpha` (hidden units; NaN lowest, first on ties).
+    2. A seeded split: `validation` (5%) of the units for tuning, the rest for testing.
+    3. Unless `alpha` is given, each metric's alpha (and wpmi's lambda) is the first best
+       meta-AUPRC on the validation units over SPEC's grids (`neuroneval.meta.tune`).
+    4. One perturbation draw of the concept matrix (missing and extra, seeded), shared by
+       all units; Decrease Acc on the test units.
+
+    Returns a `SanityResult` whose records carry `setting`, the alpha and lambda used.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> c = (rng.random((3000, 5)) < 0.1).astype(float)
+    >>> a = np.concatenate([c + 0.2 * rng.random((3000, 5))] * 8, axis=1)   # 40 units
+    >>> r = experimental(a, c, np.arange(40) % 5, ["recall", "iou"], alpha=0.05, seed=0)
+    >>> r.table().select("metric", "missing_experimental", "extra_experimental").rows()
+    [('recall', 100.0, 0.0), ('iou', 100.0, 100.0)]
+
+    Tuned instead, alpha goes to the first grid value with the best validation meta-AUPRC:
+    here every unit is perfect at 0.0005 already, where the top set (2 inputs) is so small
+    that iou barely moves when the concept loses half its labels.
+
+    >>> r = experimental(a, c, np.arange(40) % 5, ["iou"], seed=0)
+    >>> r.records.select("perturbation", "decrease_acc", "alpha").rows()
+    [('missing', 0.0, 0.0005), ('extra', 100.0, 0.0005)]
+    """
+    names = metric_list(metrics)
+    a = as_matrix(activations, "activations")
+    c = _concepts(concepts)
+    if truth is None:
+        iou = compute(a, c, ["iou"], alpha=truth_alpha)["iou"]
+        truth_idx = np.asarray(np.where(np.isnan(iou), -np.inf, iou).argmax(axis=1), dtype=np.int64)
+    else:
+        truth_idx = _truth_indices(truth, a.shape[1])
+    val, test = split_units(a.shape[1], validation, seed)
+    if alpha is None:
+        chosen = tune(a[:, val], c, truth_idx[val], names, k=k, top_alpha=top_alpha, seed=seed)
+        params = {m: (t.alpha or DEFAULT_ALPHA, 1.0 if t.lam is None else t.lam) for m, t in chosen.items()}
+    else:
+        params = {m: (alpha, 1.0 if lam is None else lam) for m in names}
+    return _experimental_run(
+        names,
+        a,
+        c,
+        truth_idx,
+        params,
+        units=test,
+        epsilon=epsilon,
+        keep=keep,
+        rate=rate,
+        seed=seed,
+        k=k,
+        top_alpha=top_alpha,
+        setting=setting,
+    )
+
+
+def _experimental_run(
+    names: list[str],
+    a: npt.NDArray[Any],
+    c: Array,
+    truth: Any,
+    params: dict[str, tuple[float, float]],
+    *,
+    units: npt.NDArray[np.int64] | None,
+    epsilon: float,
+    keep: float,
+    rate: float,
+    seed: int,
+    k: int,
+    top_alpha: float,
+    setting: str,
+) -> SanityResult:
+    if a.shape[0] != c.shape[0]:
+        raise ShapeError(f"activations have {a.shape[0]} inputs (rows) but concepts have {c.shape[0]}")
+    truth_idx = _truth_indices(truth, a.shape[1])
+    if truth_idx.size and truth_idx.max() >= c.shape[1]:
+        raise ShapeError(f"truth names concept {truth_idx.max()} but there are {c.shape[1]} concepts")
+    if units is None:
+        units = np.arange(a.shape[1])
+    perturbed = {"missing": missing_labels(c, keep, seed), "extra": extra_labels(c, rate, seed)}
+    pairs = np.stack([units, truth_idx[units]], axis=1)
+    groups: dict[tuple[float, float], list[str]] = {}
+    for m in names:
+        groups.setdefault(params[m], []).append(m)
+    rows: list[dict[str, Any]] = []
+    for (alpha, lam), group in groups.items():
+
+        def scores(
+            units_of: Any, conc: Array, which: list[str], pairs: Any = None, alpha: float = alpha, lam: float = lam
+        ) -> dict[str, Array]:
+            return compute(
+                units_of, conc, which, alpha=alpha, lam=lam, k=k, top_alpha=top_alpha, seed=seed, pairs=pairs
+            )
+
+        ranged = [m for m in group if METRICS[m].value_range is not None]
+        data_ranged = [m for m in group if METRICS[m].value_range is None]
+        own: dict[str, dict[str, Array]] = {}  # concept version -> metric -> scores of the truth pairs
+        span: dict[str, float] = {}
+        for version, conc in (("original", c), *perturbed.items()):
+            own[version] = scores(a, conc, ranged, pairs) if ranged else {}
+        if data_ranged:
+            # The data range spans every entry of the three score matrices of these units.
+            block = a[:, units]
+            full = {
+                version: scores(block, conc, data_ranged) for version, conc in (("original", c), *perturbed.items())
+            }
+            for m in data_ranged:
+                span[m] = _data_range(*(full[v][m] for v in full))
+                for v in full:
+                    own[v][m] = full[v][m][np.arange(units.size), truth_idx[units]]
+        for m in group:
+            scale = span[m] if m in span else _value_range(m)
+            for version in ("missing", "extra"):
+                delta = (own[version][m] - own["original"][m]) / scale
+                acc, nan = _decrease(delta, epsilon)
+                rows.append(
+                    dict(
+                        setting=setting,
+                        kind="experimental",
+                        metric=m,
+                        perturbation=version,
+                        gamma=None,
+                        decrease_acc=acc,
+                        se=None,
+                        nan_deltas=nan,
+                        units=int(units.size),
+                        alpha=alpha if METRICS[m].uses_alpha else None,
+                        lam=lam if METRICS[m].uses_lambda else None,
+                    )
+                )
+    order = {m: i for i, m in enumerate(names)}
+    rows.sort(key=lambda r: (order[r["metric"]], r["perturbation"] != "missing"))
+    return SanityResult(pl.DataFrame(rows, schema=_SCHEMA))
+
+
+# --------------------------------------------------------------------------------------------
+# Theoretical protocol
+
+
+def table_scores(n: Any, n11: Any, n10: Any, n01: Any, metrics: Sequence[str], lam: float = 1.0) -> dict[str, Array]:
+    """Every metric of a binary unit a against a binary concept c, from their 2x2 table.
+
+    n11 = #(a=1, c=1), n10 = #(a=1, c=0), n01 = #(a=0, c=1) among n inputs (arrays
+    broadcast). The unit is used as already binarised (b = a, no top-alpha), as the
+    theoretical test does. The values equal what the kernels return for such vectors (the
+    tests check every 2x2 table of a small N); undefined is NaN as everywhere. The
+    top-random metrics are not functions of the table alone (`theoretical` draws their
+    subset); spearman equals correlation here, as midranks of a 0/1 vector are affine in it.
+
+    Examples
+    --------
+    >>> s = table_scores(10, 2, 1, 1, ["recall", "f1", "correlation"])
+    >>> {m: round(float(v), 4) for m, v in s.items()}
+    {'recall': 0.6667, 'f1': 0.6667, 'correlation': 0.5238}
+    """
+    n, tp, fp, fn = (np.asarray(v, dtype=np.float64) for v in (n, n11, n10, n01))
+    nb, ny = tp + fp, tp + fn
+    tn = n - tp - fp - fn
+    with np.errstate(divide="ignore", invalid="ignore"):
+
+        def ratio(x: Array, y: Array) -> Array:
+            return np.where(y == 0, np.nan, x / np.where(y == 0, 1.0, y))
+
+        def degenerate(positives: Array, v: Array) -> Array:
+            return np.where((positives == 0) | (positives == n), np.nan, v)
+
+        def ap(label_pos: Array, hits: Array, score_pos: Array) -> Array:
+            # Binary score: threshold 1 (score_pos inputs, hits of them positive), then 0.
+            recall1 = ratio(hits, label_pos)
+            first = np.where(score_pos > 0, recall1 * ratio(hits, score_pos), 0.0)
+            rest = np.where(score_pos < n, (1.0 - np.where(score_pos > 0, recall1, 0.0)) * label_pos / n, 0.0)
+            return np.where(label_pos == 0, np.nan, first + rest)
+
+        def phi() -> Array:
+            denominator = np.sqrt(nb * (n - nb) * ny * (n - ny))
+            return ratio(tp * tn - fp * fn, denominator)
+
+        base: dict[str, Array] = {
+            "recall": ratio(tp, nb),
+            "precision": ratio(tp, ny),
+            "f1": ratio(2 * tp, nb + ny),
+            "iou": ratio(tp, nb + ny - tp),
+            "accuracy": (tp + tn) / n,
+            "balanced_accuracy": (ratio(tp, nb) + ratio(tn, n - nb)) / 2,
+            "inverse_balanced_accuracy": (ratio(tp, ny) + ratio(tn, n - ny)) / 2,
+            # Mann-Whitney with midranks: a tied (positive, negative) pair counts 1/2.
+            "auc": degenerate(nb, ratio(tp * tn + 0.5 * (tp * fn + fp * tn), nb * (n - nb))),
+            "inverse_auc": degenerate(ny, ratio(tp * tn + 0.5 * (tp * fp + fn * tn), ny * (n - ny))),
+            "auprc": ap(nb, tp, ny),
+            "inverse_auprc": ap(ny, tp, nb),
+            "correlation": phi(),
+            "spearman": phi(),
+            "cosine": ratio(tp, np.sqrt(nb * ny)),
+            "wpmi": np.where(
+                ny == 0, np.nan, ratio(fp * _LOG_FLOOR, nb) - lam * np.log(np.where(ny == 0, 1.0, ny / n))
+            ),
+            "mad": degenerate(ny, ratio(tp, ny) - ratio(fp, n - ny)),
+        }
+        out: dict[str, Array] = {}
+        for m in metrics:
+            parts = _COMPONENTS.get(m)
+            if parts is not None:
+                x, y = base[parts[0]], base[parts[1]]
+                out[m] = 2 * x * y / (x + y)
+            elif m in base:
+                out[m] = base[m]
+            else:
+                raise ParameterError(f"{m} is not a function of the 2x2 table (it draws a random subset)")
+    return out
+
+
+_COMPONENTS: dict[str, tuple[str, str]] = {
+    "combined_auc": ("auc", "inverse_auc"),
+    "combined_balanced_accuracy": ("balanced_accuracy", "inverse_balanced_accuracy"),
+    "recall_auc": ("recall", "auc"),
+    "recall_inverse_auc": ("recall", "inverse_auc"),
+    "precision_balanced_accuracy": ("precision", "balanced_accuracy"),
+    "precision_inverse_balanced_accuracy": ("precision", "inverse_balanced_accuracy"),
+}
+
+
+def theoretical(
+    metrics: str | Sequence[str] | None = None,
+    *,
+    n: int = 500_000,
+    gammas: Sequence[float] = GAMMAS,
+    seeds: int = 1000,
+    keep: float = 0.5,
+    rate: float = 2.0,
+    lam: float = 1.0,
+    k: int = 25,
+    epsilon: float = EPSILON,
+    seed: int = 0,
+) -> SanityResult:
+    """The paper's theoretical sanity check (SPEC section 4), exactly and in milliseconds.
+
+    A perfect unit a = c with its first floor(gamma n) inputs 1 and the rest 0. Each seed
+    perturbs c; the score decreased or it did not. Every metric of a binary unit against a
+    binary concept is a function of their 2x2 table (`table_scores`), and the perturbations
+    only move counts: missing labels keep X ~ Binomial(P, keep) of the P labels, extra labels
+    add E ~ Binomial(n - P, min(p, 1)). So each seed draws two binomials instead of n
+    Bernoulli variables, with the same distribution of every score. The top-random metrics
+    draw their subset's composition from the matching hypergeometric distributions: min(k, P)
+    inputs of the top set {a = 1} and k of all n, the same subset for the original and both
+    perturbed concepts of a seed (as a unit's seed fixes it).
+
+    wpmi uses `lam` (1); the data range of wpmi and mad spans all scores of the run (every
+    gamma and seed, original and perturbed). Records hold each gamma's Decrease Acc with its
+    standard error over seeds, and the mean over gammas (gamma null).
+
+    Examples
+    --------
+    >>> r = theoretical(["accuracy"], seeds=2000, seed=3)
+    >>> r.records.filter(pl.col("gamma").is_not_null(), perturbation="missing")["decrease_acc"].to_list()
+    [100.0, 100.0, 100.0, 0.0, 0.0]
+    """
+    names = metric_list(metrics)
+    if not isinstance(n, (int, np.integer)) or n < 2:
+        raise ParameterError(f"n must be an integer >= 2; got {n!r}")
+    if not isinstance(seeds, (int, np.integer)) or seeds < 1:
+        raise ParameterError(f"seeds must be a positive integer; got {seeds!r}")
+    gamma_list = [float(g) for g in gammas]
+    if not gamma_list:
+        raise EmptyInputError("no gamma was given")
+    for g in gamma_list:
+        if not (0.0 < g < 1.0 and math.floor(g * n) >= 1):
+            raise ParameterError(f"gamma {g} must lie in (0, 1) and give at least one positive input at n = {n}")
+    if not 0.0 <= keep <= 1.0:
+        raise ParameterError(f"keep must be a probability in [0, 1]; got {keep}")
+    if not (math.isfinite(rate) and rate >= 1.0):
+        raise ParameterError(f"rate must be a finite number >= 1; got {rate}")
+    if not isinstance(k, (int, np.integer)) or k < 1:
+        raise ParameterError(f"k must be a positive integer; got {k!r}")
+
+    # scores[version][metric] has shape (gammas, seeds)
+    scores: dict[str, dict[str, list[Array]]] = {v: {m: [] for m in names} for v in ("original", "missing", "extra")}
+    for gi, g in enumerate(gamma_list):
+        rng = np.random.default_rng([int(seed), gi])
+        p_count = math.floor(g * n)
+        kept = rng.binomial(p_count, keep, size=seeds)
+        p_extra = min((rate - 1.0) * p_count / (n - p_count), 1.0)
+        added = rng.binomial(n - p_count, p_extra, size=seeds)
+        tables = {
+            "original": (p_count, 0, 0),
+            "missing": (kept, p_count - kept, 0),
+            "extra": (p_count, 0, added),
+        }
+        subset = _top_random_subsets(rng, n, p_count, kept, added, k, seeds)
+        for version, (n11, n10, n01) in tables.items():
+            plain = [m for m in names if not METRICS[m].uses_sampling]
+            values = table_scores(n, n11, n10, n01, plain, lam)
+            for m in names:
+                if METRICS[m].uses_sampling:
+                    n11s, n10s, n01s = subset[version]
+                    s = table_scores(subset["size"], n11s, n10s, n01s, ["correlation"])["correlation"]
+                else:
+                    s = values[m]
+                scores[version][m].append(np.broadcast_to(s, (seeds,)).astype(np.float64))
+    rows = []
+    for m in names:
+        orig, miss, extra = (np.stack(scores[v][m]) for v in ("original", "missing", "extra"))
+        scale = _value_range(m, orig, miss, extra)
+        for version, pert in (("missing", miss), ("extra", extra)):
+            per_gamma = []
+            nan_total = 0
+            for gi, g in enumerate(gamma_list):
+                acc, nan = _decrease((pert[gi] - orig[gi]) / scale, epsilon)
+                se = 100.0 * math.sqrt((acc / 100) * (1 - acc / 100) / seeds)
+                per_gamma.append((acc, se))
+                nan_total += nan
+                rows.append(_theory_row(m, version, g, acc, se, nan, seeds, lam))
+            mean = float(np.mean([a for a, _ in per_gamma]))
+            mean_se = math.sqrt(sum(s * s for _, s in per_gamma)) / len(per_gamma)
+            rows.append(_theory_row(m, version, None, mean, mean_se, nan_total, seeds * len(gamma_list), lam))
+    return SanityResult(pl.DataFrame(rows, schema=_SCHEMA))
+
+
+def _theory_row(
+    metric: str, version: str, gamma: float | None, acc: float, se: float, nan: int, count: int, lam: float
+) -> dict[str, Any]:
+    return dict(
+        setting="theoretical",
+        kind="theoretical",
+        metric=metric,
+        perturbation=version,
+        gamma=gamma,
+        decrease_acc=acc,
+        se=se,
+        nan_deltas=nan,
+        units=count,
+        alpha=None,
+        lam=lam if METRICS[metric].uses_lambda else None,
+    )
+
+
+def _top_random_subsets(
+    rng: np.random.Generator,
+    n: int,
+    p_count: int,
+    kept: npt.NDArray[np.int64],
+    added: npt.NDArray[np.int64],
+    k: int,
+    seeds: int,
+) -> dict[str, Any]:
+    """2x2 tables of each seed's top-random subset, for the original and both perturbations.
+
+    The subset is min(k, P) draws without replacement from the top set {a = 1} plus k draws
+    without replacement from all n inputs (duplicates kept). Which inputs it holds is shared
+    by the three concept versions; only their labels differ.
+    """
+    top, k = min(k, p_count), min(k, n)
+    # Second half: how many of the k draws fall in {a = 1}.
+    from_top = rng.hypergeometric(p_count, n - p_count, k, size=seeds)
+    from_rest = k - from_top
+    # Missing labels: of the subset's a = 1 inputs, those whose label was kept.
+    kept_first = rng.hypergeometric(kept, p_count - kept, top) if top else np.zeros(seeds, dtype=np.int64)
+    kept_second = _hypergeometric(rng, kept, p_count - kept, from_top)
+    # Extra labels: of the subset's a = 0 inputs, those that gained a label.
+    gained = _hypergeometric(rng, added, n - p_count - added, from_rest)
+    ones = top + from_top
+    return {
+        "size": top + k,
+        "original": (ones, 0, 0),
+        "missing": (kept_first + kept_second, ones - kept_first - kept_second, 0),
+        "extra": (ones, 0, gained),
+    }
+
+
+def _hypergeometric(
+    rng: np.random.Generator, good: npt.NDArray[np.int64], bad: Any, sample: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """numpy's hypergeometric, allowing a zero sample (it would reject ngood + nbad = 0)."""
+    good = np.broadcast_to(good, sample.shape)
+    bad = np.broadcast_to(bad, sample.shape)
+    out = np.zeros(sample.shape, dtype=np.int64)
+    draw = sample > 0
+    if draw.any():
+        out[draw] = rng.hypergeometric(good[draw], bad[draw], sample[draw])
+    return out
