@@ -91,9 +91,11 @@ def meta_auprc(scores: Any, truth: Any) -> MetaAuprc:
         raise ShapeError(f"scores must be 2-D (units, concepts); got shape {s.shape}")
     y = truth_matrix(truth, s.shape)
     nan = np.isnan(s)
-    # AP depends only on the order of the scores: rank them (ties kept), NaN below every rank.
-    _, order = np.unique(np.where(nan, -np.inf, s).reshape(-1), return_inverse=True)
-    ranks = order.astype(np.float64).reshape(-1, 1)
+    # AP depends only on the order of the scores: rank them (ties kept), NaN below every rank (-inf too).
+    flat = s.reshape(-1)
+    ranks = np.full((flat.size, 1), -1.0)
+    _, order = np.unique(flat[~nan.reshape(-1)], return_inverse=True)
+    ranks[~nan.reshape(-1), 0] = order
     value = float(_core.rank_statistic_columns("average_precision", y.reshape(-1, 1).astype(np.float64), ranks)[0])
     return MetaAuprc(value=value, nan_scores=int(nan.sum()), pairs=int(s.size))
 

@@ -118,6 +118,7 @@ def missing_labels(concepts: Any, keep: float = 0.5, seed: int = 0) -> Array:
     0.3
     """
     c = _concepts(concepts)
+    _check_seed(seed)
     if not 0.0 <= keep <= 1.0:
         raise ParameterError(f"keep must be a probability in [0, 1]; got {keep}")
     out = np.empty_like(c)
@@ -148,6 +149,7 @@ def extra_labels(concepts: Any, rate: float = 2.0, seed: int = 0) -> Array:
     3000.0
     """
     c = _concepts(concepts)
+    _check_seed(seed)
     if not (math.isfinite(rate) and rate >= 1.0):
         raise ParameterError(f"rate must be a finite number >= 1; got {rate}")
     n = c.shape[0]
@@ -162,9 +164,12 @@ def extra_labels(concepts: Any, rate: float = 2.0, seed: int = 0) -> Array:
     return out.reshape(np.shape(concepts)) if np.ndim(concepts) == 1 else out
 
 
-def _stream(seed: int, tag: int, column: int) -> np.random.Generator:
+def _check_seed(seed: Any) -> None:
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
         raise ParameterError(f"seed must be a non-negative integer; got {seed!r}")
+
+
+def _stream(seed: int, tag: int, column: int) -> np.random.Generator:
     return np.random.default_rng([int(seed), tag, column])
 
 
@@ -389,7 +394,7 @@ def decrease_accuracy(
     [('missing', 100.0), ('extra', 100.0)]
     """
     return _experimental_run(
-        [metric],
+        metric_list([metric]),
         as_matrix(activations, "activations"),
         _concepts(concepts),
         truth,
