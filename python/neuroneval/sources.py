@@ -543,7 +543,6 @@ def write_shards(
     return directory
 
 
-
 def write_triplet_shards(
     directory: str | os.PathLike[str],
     shards: Sequence[tuple[Any, Any, Any]],
