@@ -228,8 +228,8 @@ def test_concepts_for_and_own_concept_first() -> None:
     names = demo.CONCEPT_NAMES
     assert c.dtype == np.float64 and c.shape == (4, len(names))
     row = dict(zip(names, c[0], strict=True))
-    assert row["digit 2"] == 1 and row["even"] == 1 and row["prime"] == 1 and row["closed loop"] == 0
-    assert c[:, names.index("heavy ink")].tolist() == [0, 1, 1, 0]
+    assert row["digit 2"] == 1 and row["small (0-2)"] == 1 and row["prime"] == 1 and row["closed loop"] == 0
+    assert c[:, names.index("heavy ink")].tolist() == [0, 1, 0, 0]  # above the 75th percentile, 3.25
     assert c[:, :10].sum(axis=1).tolist() == [1, 1, 1, 1]
     s = np.array([[np.nan, 0.1], [0.2, 0.2], [0.0, np.nan]])
     assert demo.own_concept_first(s, [0, 1, 0]) == (1, 1)
