@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from . import errors, metrics
+from . import errors, meta, metrics, sanity
 from ._evaluate import evaluate
 from ._registry import METRICS, PASSING_METRICS, MetricInfo
 from ._score import compute, score
@@ -25,9 +25,11 @@ __all__ = [
     "compute",
     "errors",
     "evaluate",
+    "meta",
     "meta_auprc",
     "metrics",
     "num_threads",
+    "sanity",
     "score",
 ]
 __version__ = "0.1.0"

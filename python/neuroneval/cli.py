@@ -629,6 +629,11 @@ def _check_parameters(args: argparse.Namespace) -> None:
     _check_threads(args.threads)
 
 
+def _count(n: int, noun: str) -> str:
+    """"1 unit", "2 units"."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def _verdict(table: pl.DataFrame) -> str:
     """One line: which metrics pass every test that was run."""
     passing = table.filter(pl.col("passes"))["metric"].to_list()
@@ -729,10 +734,10 @@ def _meta(args: argparse.Namespace) -> int:
         _write_atomic(table, out, csv=out.suffix == ".csv")
     val, test = meta.split_units(acts.n_columns, args.validation, args.seed)
     if args.alpha is None:
-        how = f"alpha and lambda tuned on {len(val):,} validation units"
+        how = f"alpha and lambda tuned on {_count(len(val), 'validation unit')}"
     else:
         fixed = f"alpha = {args.alpha:g}" + (f" (wpmi's lambda = {lam:g})" if "wpmi" in metrics else "")
-        how = f"{fixed} for every metric, not tuned ({len(val):,} validation units left out)"
+        how = f"{fixed} for every metric, not tuned ({_count(len(val), 'validation unit')} left out)"
     print(f"meta-AUPRC on {len(test):,} test units x {conc.n_columns:,} concepts; {how}; seed {args.seed}")
     print(_format_meta(table))
     print(f"* passes the paper's sanity checks; random baseline about 1/{conc.n_columns:,}", flush=True)

@@ -292,7 +292,7 @@ class SanityResult:
 
         table = self.table()
         metrics = table["metric"].to_list()
-        fig = Figure(figsize=(max(8.0, 0.62 * len(metrics) + 2), 4.8), dpi=120)
+        fig = Figure(figsize=(max(8.0, 0.62 * len(metrics) + 2), 6.4), dpi=110)
         ax = fig.add_subplot()
         x = np.arange(len(metrics))
         width = 0.2
