@@ -630,7 +630,7 @@ def _check_parameters(args: argparse.Namespace) -> None:
 
 
 def _count(n: int, noun: str) -> str:
-    """"1 unit", "2 units"."""
+    """ "1 unit", "2 units"."""
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
