@@ -233,6 +233,8 @@ class DigitsProbe:
         Images the CNN was trained on (each under `copies` transforms).
     copies : int
         Transforms of each image (`augment`); the probe set has n_images * copies inputs.
+    images : ndarray of float32, shape (N, 8, 8)
+        The probe inputs (transform-major: input i is held-out image i % n_images).
     """
 
     activations: dict[str, npt.NDArray[np.float32]]
@@ -241,6 +243,7 @@ class DigitsProbe:
     accuracy: float
     n_train: int
     copies: int
+    images: npt.NDArray[np.float32]
 
     def superclass_units(self) -> npt.NDArray[np.float64]:
         """(N, len(DERIVED)) superclass units: sums of their member digits' class probabilities.
@@ -278,7 +281,10 @@ def probe_digits(seed: int = 0) -> DigitsProbe:
     probe_labels = np.tile(labels[probe_idx], copies)
     accuracy = float((acts["class"].argmax(axis=1) == probe_labels).mean())
     ink = x_probe.reshape(x_probe.shape[0], -1).sum(dim=1).numpy()
-    return DigitsProbe(acts, probe_labels, concepts_for(probe_labels, ink), accuracy, int(train_idx.size), copies)
+    images_out = x_probe[:, 0].numpy()
+    return DigitsProbe(
+        acts, probe_labels, concepts_for(probe_labels, ink), accuracy, int(train_idx.size), copies, images_out
+    )
 
 
 def sanity_settings(probe: DigitsProbe) -> list[tuple[str, npt.NDArray[Any], npt.NDArray[np.int64] | None]]:
