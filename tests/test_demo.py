@@ -157,7 +157,7 @@ def test_demo_writes_one_row_per_unit_and_concept(demo_run: tuple[Path, str]) ->
     out, printed = demo_run
     path = out / "scores.parquet"
     assert path.is_file()
-    assert sorted(p.name for p in out.iterdir()) == ["sanity", "scores.parquet"], "temporary files left behind"
+    assert sorted(p.name for p in out.iterdir()) == ["crowd", "sanity", "scores.parquet"], "temporary files left behind"
     table = pl.read_parquet(path)
     assert table.columns == ["layer", "unit", "concept", *neuroneval.METRICS]
     for metric in neuroneval.METRICS:
@@ -170,7 +170,49 @@ def test_demo_writes_one_row_per_unit_and_concept(demo_run: tuple[Path, str]) ->
         assert pairs.n_unique() == pairs.height
         assert set(pairs["concept"]) == set(demo.CONCEPT_NAMES)
     assert f"{table.height} rows" in printed
-    assert len(printed.splitlines()) < 90
+    assert len(printed.splitlines()) < 110
+
+
+def test_demo_prints_the_four_crowd_budgets(demo_run: tuple[Path, str]) -> None:
+    out, printed = demo_run
+    assert sorted(p.name for p in (out / "crowd").iterdir()) == ["rce.csv", "rce.png"]
+    assert (out / "crowd" / "rce.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rce = pl.read_csv(out / "crowd" / "rce.csv")
+    configurations = rce.select("sampling", "aggregation").unique(maintain_order=True).rows()
+    assert configurations == list(neuroneval.crowd.CONFIGURATIONS)
+    assert sorted(set(rce["budget"])) == list(demo.CROWD_BUDGETS)
+    # The printed budgets are the written RCE curves' crossing of the target.
+    simulation = neuroneval.crowd.Simulation(rce, pl.DataFrame(), demo.CROWD_TARGET, 0.23, 20, demo.CROWD_BUDGETS)
+    lines = demo.crowd_summary(simulation)
+    for line in lines:
+        assert line in printed
+    names = ["uniform + majority", "uniform + BRAgg", "MG-IS + majority", "MG-IS + BRAgg"]
+    assert [ln.strip().split("  ")[0] for ln in lines[1:5]] == names
+    # The acceptance point of the crowd issue: MG-IS + BRAgg needs at least 10x fewer ratings.
+    needed = {(r["sampling"], r["aggregation"]): r["needed"] for r in simulation.needed().iter_rows(named=True)}
+    best = needed[("mgis", "bragg")]
+    assert best is not None
+    assert (needed[("uniform", "majority")] or max(demo.CROWD_BUDGETS)) >= 10 * best
+
+
+def test_digits_concept_model_is_good_but_imperfect(probe: demo.DigitsProbe) -> None:
+    from sklearn.metrics import roc_auc_score
+
+    model = demo.digits_concept_model(probe)
+    assert model.shape == probe.concepts.shape
+    assert ((model >= 0) & (model <= 1)).all()
+    auc = [roc_auc_score(probe.concepts[:, t], model[:, t]) for t in range(model.shape[1])]
+    digits = auc[:10]
+    assert min(auc) > 0.6 and max(digits) < 0.99, auc  # informative, yet far from the true labels
+
+
+def test_crowd_pairs_have_realistic_correlations(probe: demo.DigitsProbe) -> None:
+    hidden, pairs = demo.crowd_pairs(probe, count=12)
+    assert pairs.shape == (12, 2) and len({int(k) for k in pairs[:, 0]}) == 12
+    for k, t in pairs:
+        r = [abs(np.corrcoef(hidden[:, k], probe.concepts[:, j])[0, 1]) for j in range(probe.concepts.shape[1])]
+        assert int(np.nanargmax(r)) == t
+        assert r[t] >= 0.25
 
 
 def test_demo_runs_the_sanity_checks_and_writes_table_3(demo_run: tuple[Path, str], probe: demo.DigitsProbe) -> None:
