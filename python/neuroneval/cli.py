@@ -32,7 +32,25 @@ concepts, alpha and lambda tuned on validation units, as a table::
 
     neuroneval meta acts.npy concepts.csv --truth truth.npy --out meta.csv
 
-The same commands run as `python -m neuroneval score ...` (or `sanity`, `meta`).
+Crowdsourced evaluation (SPEC section 6): the correlation of each (unit, explanation) pair
+from a few noisy human ratings. Draw the inputs raters see (MG-IS with a cheap concept model)
+and write the plan and a task table for a crowdsourcing platform; turn the returned votes
+(a table of pair, input, rater, vote) into soft labels; estimate each pair's correlation with a
+bootstrap interval::
+
+    neuroneval crowd plan acts.npy model.npy --pairs pairs.csv --budget 540 \
+        --unit-names units.txt --explanations texts.txt --out plan.parquet --tasks tasks.csv
+    neuroneval crowd aggregate ratings.csv --plan plan.parquet --eta estimate --out labels.csv
+    neuroneval crowd estimate --plan plan.parquet --labels labels.csv --out rho.csv
+
+Choose a budget first with simulated raters on units with known labels: the relative
+correlation error of each configuration (uniform or MG-IS sampling, majority vote or BRAgg)
+per budget, and the budget each needs to reach a target::
+
+    neuroneval crowd simulate acts.npy labels.npy model.npy --pairs pairs.csv \
+        --budgets 60,120,240,480,960 --target 0.275 --out simulation/
+
+The same commands run as `python -m neuroneval score ...` (or `sanity`, `meta`, `crowd`).
 
 Inputs
     ACTIVATIONS is a `.npy` file, a shard directory (`neuroneval.sources.write_shards`) or a
@@ -40,6 +58,11 @@ Inputs
     same forms, plus a `.parquet`/`.csv` table of `(input, concept, probability)` rows.
     `score` reads them in place; `sanity` and `meta` read them into memory (`meta` only the
     activations) and refuse, with one line, matrices that would not fit.
+
+    `crowd plan` and `crowd simulate` take ACTIVATIONS and their CONCEPT_MODEL (a cheap model's
+    probabilities) and LABELS (true labels) in the same forms, and read into memory only the
+    columns their pairs use. RATINGS and LABELS of `crowd aggregate` and `crowd estimate` are
+    `.csv` or `.parquet` tables.
 
     TRUTH (`sanity`, `meta`) gives each unit's correct concept: a `.npy` file of K integer
     concept indices, or a text file with one line per unit holding a concept name (of
@@ -58,6 +81,12 @@ Output
     prints its table best first and writes it, with `--out`, to a `.csv` or `.parquet` file
     (written aside and renamed into place).
 
+    `crowd plan` writes the plan (parquet) and the task table (`.csv` or `.parquet`; default
+    `<plan stem>-tasks.csv` beside the plan); `crowd aggregate` the labels and, with `--eta
+    estimate --rater-rates`, each rater's fitted error rate; `crowd estimate` its table with
+    `--out`; each command's files are written aside and renamed into place, all or none.
+    `crowd simulate --out DIR` writes rce.csv, needed.csv and rce.png there (all or none).
+
 Exit codes
     0 on success; 2 for bad input or arguments (one line on stderr says what is wrong); 1 for
     other operating-system errors (a full disk, a permission denied); 130 when interrupted.
@@ -73,15 +102,16 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from . import __version__, evaluate, meta, sanity, score
-from ._files import write_atomic
+from . import __version__, crowd, evaluate, meta, sanity, score
+from ._files import write_atomic, write_files_atomic
 from ._registry import METRICS
 from ._score import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, metric_list
 from .errors import NeuronEvalError, ParameterError, ShapeError, SourceError
@@ -149,6 +179,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_score(commands)
     _add_sanity(commands)
     _add_meta(commands)
+    _add_crowd(commands)
     return parser
 
 
@@ -769,6 +800,681 @@ def _format_meta(table: pl.DataFrame) -> str:
     for row in [head, *rows]:
         cells = [row[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True)]
         lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- crowd
+
+_CONFIGURATION_NAMES = {"mgis": "MG-IS", "uniform": "uniform", "bragg": "BRAgg", "majority": "majority", "mean": "mean"}
+_DEFAULT_ETA = 0.23
+_DEFAULT_PRIOR = 0.05
+_DEFAULT_GAMMA = 0.2
+_TABLE_SUFFIXES = (".csv", ".parquet")
+
+
+def _add_crowd(commands: Any) -> None:
+    crowd_parser: argparse.ArgumentParser = commands.add_parser(
+        "crowd",
+        help="crowdsourced correlation: plan rating tasks, aggregate votes, estimate, simulate budgets",
+        description=(
+            "Crowdsourced evaluation (SPEC section 6): the correlation of a unit with an explanation from a "
+            "few noisy human ratings. `plan` picks the inputs to rate (model-guided importance sampling) and "
+            "writes a task table; `aggregate` turns the raters' votes into soft labels (BRAgg, majority, mean); "
+            "`estimate` gives each pair's correlation with a bootstrap interval; `simulate` measures the "
+            "relative correlation error of each configuration per budget with simulated raters."
+        ),
+    )
+    steps = crowd_parser.add_subparsers(title="steps", metavar="STEP", required=True)
+    _add_crowd_plan(steps)
+    _add_crowd_aggregate(steps)
+    _add_crowd_estimate(steps)
+    _add_crowd_simulate(steps)
+
+
+def _add_crowd_plan(steps: Any) -> None:
+    p: argparse.ArgumentParser = steps.add_parser(
+        "plan",
+        help="draw the inputs raters see for each (unit, explanation) pair; write the plan and a task table",
+        description=(
+            "Draw budget // raters inputs per (unit, explanation) pair, with replacement, from the MG-IS "
+            "proposal (inputs where the unit's standardised activation times the concept model's "
+            "standardised probability is large, floor gamma / N) or uniformly. A repeated input is shown "
+            "once, so a pair never needs more than --budget ratings. Writes the plan (for `aggregate` and "
+            "`estimate`) and the task table for a crowdsourcing platform (task, pair, unit, unit_name, "
+            "concept, explanation, input, raters)."
+        ),
+    )
+    p.add_argument(
+        "activations",
+        metavar="ACTIVATIONS",
+        help="inputs x units, as for `score` (a .npy file, a shard directory, a .npz sparse matrix)",
+    )
+    p.add_argument(
+        "concept_model",
+        metavar="CONCEPT_MODEL",
+        help="inputs x explanations: a cheap model's probabilities in [0, 1], as CONCEPTS of `score`",
+    )
+    p.add_argument(
+        "--pairs",
+        required=True,
+        metavar="FILE",
+        help="the (unit, explanation) pairs: a CSV with integer columns unit,concept or an (M, 2) integer .npy",
+    )
+    p.add_argument("--budget", required=True, type=int, metavar="N", help="ratings per pair (at least --raters)")
+    p.add_argument("--raters", type=int, default=3, metavar="N", help="raters per shown input (default 3)")
+    p.add_argument(
+        "--gamma",
+        type=float,
+        help=f"MG-IS: share of uniform sampling mixed in, in (0, 1] (default {_DEFAULT_GAMMA}; 1 is uniform)",
+    )
+    p.add_argument("--uniform", action="store_true", help="draw uniformly instead of by MG-IS")
+    p.add_argument("--seed", type=int, default=0, help="seed of the draws (default 0)")
+    p.add_argument("--unit-names", metavar="FILE", help="unit names, one per line (for the task table)")
+    p.add_argument(
+        "--explanations",
+        metavar="FILE",
+        help="the explanations' texts, one per line (default: CONCEPT_MODEL's names, else 'concept T')",
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=20, metavar="N", help="inputs per task of the task table (default 20)"
+    )
+    p.add_argument("--out", required=True, metavar="PLAN", help="the plan to write (.parquet)")
+    p.add_argument(
+        "--tasks",
+        metavar="FILE",
+        help="the task table to write (.csv or .parquet; default: <PLAN stem>-tasks.csv beside the plan)",
+    )
+
+    def check(args: argparse.Namespace) -> None:
+        if args.uniform and args.gamma is not None:
+            p.error("--gamma is MG-IS's; it has no use with --uniform")
+
+    p.set_defaults(command=_crowd_plan, check=check)
+
+
+def _crowd_plan(args: argparse.Namespace) -> int:
+    if args.raters < 1:
+        raise ParameterError(f"--raters must be a positive integer; got {args.raters}")
+    if args.budget < args.raters:
+        raise ParameterError(f"--budget must be at least --raters ({args.raters}); got {args.budget}")
+    gamma = _DEFAULT_GAMMA if args.gamma is None else args.gamma
+    _check_gamma(gamma)
+    _check_seed(args.seed)
+    if args.batch_size < 1:
+        raise ParameterError(f"--batch-size must be a positive integer; got {args.batch_size}")
+    out = _output_file(args.out, "--out", (".parquet",))
+    tasks_out = out.with_name(f"{out.stem}-tasks.csv") if args.tasks is None else Path(args.tasks)
+    tasks_out = _output_file(tasks_out, "--tasks", _TABLE_SUFFIXES)
+    if tasks_out.resolve() == out.resolve():
+        raise ParameterError(f"--tasks and --out are the same file, {out}")
+    pairs = read_pairs(args.pairs)
+    acts = open_activations(args.activations, unit_names=args.unit_names)
+    model = open_concepts(args.concept_model, n_inputs=acts.n_rows, concept_names=args.explanations)
+    _check_rows(model, acts, "CONCEPT_MODEL")
+    _check_pairs(pairs, args.pairs, acts.n_columns, model.n_columns)
+    units, unit_of = np.unique(pairs[:, 0], return_inverse=True)
+    concepts, concept_of = np.unique(pairs[:, 1], return_inverse=True)
+    _check_fits(8 * acts.n_rows * (units.size + concepts.size), "crowd plan")
+    # Only the columns the pairs use are read; the plan's pairs keep their original indices.
+    result = crowd.plan(
+        np.column_stack([unit_of, concept_of]),
+        _dense_columns(acts, units),
+        _dense_columns(model, concepts),
+        args.budget,
+        raters_per_input=args.raters,
+        gamma=gamma,
+        sampling="uniform" if args.uniform else "mgis",
+        seed=args.seed,
+        # crowd.plan's default names, of the original indices.
+        unit_names=[f"unit {k}" if acts.names is None else acts.names[k] for k in units],
+        explanations=[f"concept {t}" if model.names is None else model.names[t] for t in concepts],
+    )
+    result = replace(
+        result,
+        pairs=result.pairs.with_columns(
+            pl.Series("unit", pairs[:, 0], dtype=pl.Int64), pl.Series("concept", pairs[:, 1], dtype=pl.Int64)
+        ),
+    )
+    tasks = result.tasks(args.batch_size)
+    _write_together([(out, result.write), (tasks_out, _table_writer(tasks, tasks_out))])
+    print(_plan_summary(result, args, out, tasks_out, tasks), flush=True)
+    return 0
+
+
+def _plan_summary(result: crowd.Plan, args: argparse.Namespace, out: Path, tasks_out: Path, tasks: pl.DataFrame) -> str:
+    shown = result.inputs().group_by("pair", maintain_order=True).len("inputs")
+    table = result.pairs.join(shown, on="pair", how="left", maintain_order="left")
+    draws = args.budget // args.raters
+    how = "uniform sampling" if args.uniform else f"MG-IS (gamma {result.gamma:g})"
+    lines = [
+        f"planned {_count(result.pairs.height, 'pair')} over {result.n_inputs:,} inputs by {how}, seed {args.seed}: "
+        f"{_count(draws, 'draw')} per pair, {_count(args.raters, 'rater')} per shown input",
+    ]
+    head = ["pair", "unit", "explanation", "distinct inputs", "ratings"]
+    rows = [
+        [str(r["pair"]), r["unit_name"], r["explanation"], f"{r['inputs']:,}", f"{r['inputs'] * args.raters:,}"]
+        for r in table.head(SUMMARY_UNITS).iter_rows(named=True)
+    ]
+    lines.append(_align(head, rows, left=3))
+    if table.height > SUMMARY_UNITS:
+        lines.append(f"... and {table.height - SUMMARY_UNITS:,} more pairs")
+    per_pair = table["inputs"] * args.raters
+    lines.append(
+        f"ratings needed: {result.ratings_needed():,} in all, {int(per_pair.min()):,} to {int(per_pair.max()):,} "
+        f"per pair (budget {args.budget:,} per pair; repeated inputs are rated once)"
+    )
+    n_tasks = tasks["task"].n_unique()
+    lines.append(f"wrote the plan to {out}")
+    lines.append(
+        f"wrote {_count(n_tasks, 'task')} (at most {args.batch_size:,} inputs each, {tasks.height:,} rows) to {tasks_out}"
+    )
+    return "\n".join(lines)
+
+
+def _add_crowd_aggregate(steps: Any) -> None:
+    p: argparse.ArgumentParser = steps.add_parser(
+        "aggregate",
+        help="turn the raters' votes into one soft label per (pair, input)",
+        description=(
+            "Aggregate binary votes into one label per rated (pair, input): BRAgg's posterior (raters wrong "
+            "with rate eta, a prior that the concept is present), the majority vote (1/2 on a tie) or the "
+            "mean vote. Every rated (pair, input) must be one the plan drew. Writes pair, input, votes, "
+            "positive, label."
+        ),
+    )
+    p.add_argument(
+        "ratings",
+        metavar="RATINGS",
+        help="a .csv or .parquet table, one row per vote: pair, input, vote (0/1), and rater (for --eta estimate)",
+    )
+    p.add_argument("--plan", required=True, metavar="PLAN", help="the plan written by `crowd plan`")
+    p.add_argument(
+        "--method",
+        choices=("bragg", "majority", "mean"),
+        default="bragg",
+        help="bragg (default), majority or mean",
+    )
+    p.add_argument(
+        "--eta",
+        metavar="RATE",
+        help=(
+            f"BRAgg: the raters' error rate, in (0, 0.5) (default {_DEFAULT_ETA}), or 'estimate' to fit each "
+            "rater's own rate (one-coin Dawid-Skene; needs a rater column)"
+        ),
+    )
+    p.add_argument(
+        "--prior",
+        metavar="P",
+        help=f"BRAgg: the prior that the concept is present, in (0, 1) (default {_DEFAULT_PRIOR}), or 'model' for the concept model's probability",
+    )
+    p.add_argument("--out", required=True, metavar="LABELS", help="the labels table to write (.csv or .parquet)")
+    p.add_argument(
+        "--rater-rates",
+        metavar="FILE",
+        help="with --eta estimate: also write rater, eta, votes to this .csv or .parquet file",
+    )
+
+    def check(args: argparse.Namespace) -> None:
+        if args.method != "bragg":
+            given = [flag for flag, name in (("--eta", "eta"), ("--prior", "prior")) if getattr(args, name) is not None]
+            if given:
+                p.error(f"{', '.join(given)}: only for --method bragg")
+        if args.rater_rates is not None and args.eta != "estimate":
+            p.error("--rater-rates needs --eta estimate")
+
+    p.set_defaults(command=_crowd_aggregate, check=check)
+
+
+def _crowd_aggregate(args: argparse.Namespace) -> int:
+    eta = _parse_eta(args.eta, estimate=True)
+    prior = _parse_prior(args.prior)
+    out = _output_file(args.out, "--out", _TABLE_SUFFIXES)
+    rates_out = None if args.rater_rates is None else _output_file(args.rater_rates, "--rater-rates", _TABLE_SUFFIXES)
+    if rates_out is not None and rates_out.resolve() == out.resolve():
+        raise ParameterError(f"--rater-rates and --out are the same file, {out}")
+    ratings = _read_table(args.ratings, "ratings")
+    if eta == "estimate" and "rater" not in ratings.columns:
+        raise ParameterError(f"--eta estimate needs a rater column in {args.ratings}; it has {ratings.columns}")
+    plan = _read_plan(args.plan)
+    labels = crowd.aggregate(ratings, args.method, eta=eta, prior=prior, plan=plan)
+    rates = crowd.rater_error_rates(ratings, prior=prior, plan=plan) if eta == "estimate" else None
+    writes = [(out, _table_writer(labels, out))]
+    if rates is not None and rates_out is not None:
+        writes.append((rates_out, _table_writer(rates, rates_out)))
+    _write_together(writes)
+
+    if args.method == "bragg":
+        rate = "eta fitted per rater" if eta == "estimate" else f"eta {eta:g}"
+        prior_text = "the concept model's probability" if prior == "model" else f"{prior:g}"
+        how = f"BRAgg ({rate}, prior {prior_text})"
+    else:
+        how = f"the {args.method} vote"
+    n_votes = int(labels["votes"].sum())
+    lines = [
+        f"aggregated {_count(n_votes, 'vote')} into {_count(labels.height, 'label')} "
+        f"({n_votes / labels.height:.2f} votes per (pair, input)) by {how}; "
+        f"{int((labels['label'] >= 0.5).sum()):,} labels >= 0.5"
+    ]
+    if rates is not None:
+        lines.append("each rater's fitted error rate (one-coin Dawid-Skene):")
+        rows = [[str(r["rater"]), f"{r['eta']:.4f}", f"{r['votes']:,}"] for r in rates.iter_rows(named=True)]
+        lines.append(_align(["rater", "eta", "votes"], rows, left=1, indent="  "))
+    unrated = plan.inputs().join(labels.select("pair", "input"), on=["pair", "input"], how="anti").height
+    if unrated:
+        lines.append(
+            f"note: {unrated:,} of the plan's {plan.inputs().height:,} (pair, input) have no rating yet; "
+            "`crowd estimate` needs them all"
+        )
+    lines.append(f"wrote {out}" + ("" if rates_out is None else f" and {rates_out}"))
+    print("\n".join(lines), flush=True)
+    return 0
+
+
+def _add_crowd_estimate(steps: Any) -> None:
+    p: argparse.ArgumentParser = steps.add_parser(
+        "estimate",
+        help="each planned pair's correlation from the labels, with a bootstrap interval",
+        description=(
+            "The importance-weighted correlation of each planned (unit, explanation) pair (SPEC section 6), "
+            "with the standard error and percentile interval of a seeded bootstrap over the draws. Prints "
+            "one line per pair."
+        ),
+    )
+    p.add_argument("--plan", required=True, metavar="PLAN", help="the plan written by `crowd plan`")
+    p.add_argument(
+        "--labels",
+        required=True,
+        metavar="LABELS",
+        help="the labels written by `crowd aggregate` (.csv or .parquet: pair, input, label)",
+    )
+    p.add_argument(
+        "--self-normalised",
+        action="store_true",
+        help="divide by the sum of the weights instead of the number of draws",
+    )
+    p.add_argument("--level", type=float, default=0.95, help="confidence level, in (0, 1) (default 0.95)")
+    p.add_argument(
+        "--bootstrap", type=int, default=2000, metavar="N", help="bootstrap resamples (default 2000; 0: none)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    p.add_argument("--out", metavar="FILE", help="also write the table to this .csv or .parquet file")
+    p.set_defaults(command=_crowd_estimate)
+
+
+def _crowd_estimate(args: argparse.Namespace) -> int:
+    if not 0.0 < args.level < 1.0:
+        raise ParameterError(f"--level must lie in (0, 1); got {args.level:g}")
+    if args.bootstrap < 0:
+        raise ParameterError(f"--bootstrap must be a non-negative integer; got {args.bootstrap}")
+    _check_seed(args.seed)
+    out = None if args.out is None else _output_file(args.out, "--out", _TABLE_SUFFIXES)
+    plan = _read_plan(args.plan)
+    labels = _read_table(args.labels, "labels")
+    table = crowd.estimate(
+        plan,
+        labels,
+        self_normalised=args.self_normalised,
+        level=args.level,
+        bootstrap=args.bootstrap,
+        seed=args.seed,
+    )
+    if out is not None:
+        write_atomic(out, _table_writer(table, out))
+    sampling = "uniform sampling" if plan.sampling == "uniform" else f"MG-IS (gamma {plan.gamma:g})"
+    weights = "self-normalised weights" if args.self_normalised else "weights 1 / (N q)"
+    interval = (
+        f"{args.level:.0%} percentile interval and SE from {args.bootstrap:,} bootstrap resamples, seed {args.seed}"
+        if args.bootstrap
+        else "no bootstrap"
+    )
+    print(f"correlation of {_count(table.height, 'pair')} from {sampling} with {weights}; {interval}")
+    ci = f"{args.level:.0%} CI"
+
+    def number(v: float) -> str:
+        return "-" if math.isnan(v) else f"{v:.4f}"
+
+    rows = [
+        [
+            r["unit_name"],
+            r["explanation"],
+            number(r["rho"]),
+            "-" if math.isnan(r["ci_low"]) else f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]",
+            number(r["se"]),
+            f"{r['draws']:,}",
+            f"{r['inputs']:,}",
+        ]
+        for r in table.iter_rows(named=True)
+    ]
+    print(_align(["unit", "explanation", "rho", ci, "SE", "draws", "inputs"], rows, left=2))
+    if table["rho"].is_nan().any():
+        print("-: undefined (the pair's labels are constant)")
+    if out is not None:
+        print(f"wrote {out}")
+    sys.stdout.flush()
+    return 0
+
+
+def _add_crowd_simulate(steps: Any) -> None:
+    p: argparse.ArgumentParser = steps.add_parser(
+        "simulate",
+        help="relative correlation error per configuration and budget, with simulated raters",
+        description=(
+            "Plan a budget: for each configuration (uniform or MG-IS sampling, majority vote or BRAgg), "
+            "budget and trial, draw inputs, let simulated raters (each wrong with rate --eta) label them, "
+            "aggregate and estimate; the relative correlation error (RCE) is measured against the exact "
+            "correlation with the true labels. Prints the RCE table and the ratings per pair each "
+            "configuration needs to reach --target."
+        ),
+    )
+    p.add_argument(
+        "activations",
+        metavar="ACTIVATIONS",
+        help="inputs x units, as for `score` (a .npy file, a shard directory, a .npz sparse matrix)",
+    )
+    p.add_argument(
+        "labels",
+        metavar="LABELS",
+        help="inputs x explanations: the true binary labels, as CONCEPTS of `score`",
+    )
+    p.add_argument(
+        "concept_model",
+        metavar="CONCEPT_MODEL",
+        help="inputs x explanations: a cheap model's probabilities in [0, 1], as CONCEPTS of `score`",
+    )
+    p.add_argument(
+        "--pairs",
+        required=True,
+        metavar="FILE",
+        help="the (unit, explanation) pairs: a CSV with integer columns unit,concept or an (M, 2) integer .npy",
+    )
+    p.add_argument(
+        "--budgets", required=True, metavar="LIST", help="comma-separated ratings per pair, e.g. 60,120,240,480"
+    )
+    p.add_argument(
+        "--eta",
+        type=float,
+        default=_DEFAULT_ETA,
+        help=f"simulated raters' error rate, in (0, 0.5) (default {_DEFAULT_ETA})",
+    )
+    p.add_argument("--raters", type=int, default=3, metavar="N", help="raters per shown input (default 3)")
+    p.add_argument(
+        "--trials", type=int, default=20, metavar="N", help="trials per configuration and budget (default 20)"
+    )
+    p.add_argument(
+        "--gamma",
+        type=float,
+        default=_DEFAULT_GAMMA,
+        help=f"MG-IS: share of uniform sampling mixed in, in (0, 1] (default {_DEFAULT_GAMMA})",
+    )
+    p.add_argument(
+        "--prior",
+        metavar="P",
+        help=f"BRAgg's prior, in (0, 1) (default {_DEFAULT_PRIOR}), or 'model' for the concept model's probability",
+    )
+    p.add_argument("--target", type=float, default=0.275, help="the RCE to reach, > 0 (default 0.275)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the draws and the simulated votes (default 0)")
+    p.add_argument("--out", metavar="DIR", help="write rce.csv, needed.csv and rce.png into this directory")
+    p.add_argument("--no-chart", action="store_true", help="with --out, do not draw rce.png (needs matplotlib)")
+    p.set_defaults(command=_crowd_simulate)
+
+
+def _crowd_simulate(args: argparse.Namespace) -> int:
+    budgets = _parse_budgets(args.budgets)
+    if args.raters < 1:
+        raise ParameterError(f"--raters must be a positive integer; got {args.raters}")
+    if budgets[0] < args.raters:
+        raise ParameterError(f"--budgets must all be at least --raters ({args.raters}); got {budgets[0]}")
+    if not 0.0 < args.eta < 0.5:
+        raise ParameterError(f"--eta must be a number in (0, 0.5); got {args.eta:g}")
+    prior = _parse_prior(args.prior)
+    _check_gamma(args.gamma)
+    if args.trials < 1:
+        raise ParameterError(f"--trials must be a positive integer; got {args.trials}")
+    if not (math.isfinite(args.target) and args.target > 0):
+        raise ParameterError(f"--target must be a positive number; got {args.target:g}")
+    _check_seed(args.seed)
+    out = None if args.out is None else Path(args.out)
+    if out is not None and out.exists() and not out.is_dir():
+        raise ParameterError(f"--out {out} is a file; expected a directory")
+    chart = out is not None and not args.no_chart
+    if chart and importlib.util.find_spec("matplotlib") is None:
+        raise ParameterError("rce.png needs matplotlib (pip install matplotlib); or pass --no-chart")
+    pairs = read_pairs(args.pairs)
+    acts = open_activations(args.activations)
+    labels = open_concepts(args.labels, n_inputs=acts.n_rows)
+    # A concept table orders its concepts by name: give it LABELS' order (names or not, a
+    # matrix's columns are in the order they have).
+    table = Path(args.concept_model).suffix in _TABLE_SUFFIXES
+    model = open_concepts(args.concept_model, n_inputs=acts.n_rows, concept_names=labels.names if table else None)
+    _check_rows(labels, acts, "LABELS")
+    _check_rows(model, acts, "CONCEPT_MODEL")
+    if model.n_columns != labels.n_columns:
+        raise ShapeError(
+            f"CONCEPT_MODEL has {model.n_columns:,} explanations (columns) but LABELS has {labels.n_columns:,}"
+        )
+    _check_pairs(pairs, args.pairs, acts.n_columns, labels.n_columns)
+    units, unit_of = np.unique(pairs[:, 0], return_inverse=True)
+    concepts, concept_of = np.unique(pairs[:, 1], return_inverse=True)
+    _check_fits(8 * acts.n_rows * (units.size + 2 * concepts.size), "crowd simulate")
+    # Only the columns the pairs use are read; the result's pairs keep their original indices.
+    sim = crowd.simulate(
+        _dense_columns(acts, units),
+        _dense_columns(labels, concepts),
+        _dense_columns(model, concepts),
+        np.column_stack([unit_of, concept_of]),
+        budgets,
+        eta=args.eta,
+        raters_per_input=args.raters,
+        trials=args.trials,
+        gamma=args.gamma,
+        prior=prior,
+        target=args.target,
+        seed=args.seed,
+    )
+    sim = replace(
+        sim,
+        pairs=sim.pairs.with_columns(
+            pl.Series("unit", pairs[:, 0], dtype=pl.Int64), pl.Series("concept", pairs[:, 1], dtype=pl.Int64)
+        ),
+    )
+    needed = sim.needed()
+    written: list[Path] = []
+    if out is not None:
+        files: dict[str, Callable[[Path], object]] = {
+            "rce.csv": sim.rce.write_csv,
+            "needed.csv": needed.write_csv,
+        }
+        if chart:
+            files["rce.png"] = sim.plot
+        written = write_files_atomic(out, files)
+    print(_simulate_summary(sim, needed, args, prior), flush=True)
+    if out is not None:
+        print(f"wrote {', '.join(p.name for p in written)} to {out}", flush=True)
+    return 0
+
+
+def _simulate_summary(sim: crowd.Simulation, needed: pl.DataFrame, args: argparse.Namespace, prior: Any) -> str:
+    prior_text = "the concept model's probability" if prior == "model" else f"{prior:g}"
+    lines = [
+        f"simulated raters wrong with rate {sim.eta:g}, {_count(args.raters, 'rater')} per shown input, "
+        f"{_count(sim.pairs.height, 'pair')} x {_count(sim.trials, 'trial')}; MG-IS gamma {args.gamma:g}, "
+        f"BRAgg prior {prior_text}; seed {args.seed}",
+        "relative correlation error (mean |rho_hat - rho| / |rho|) per ratings budget per pair:",
+    ]
+    budgets = list(sim.budgets)
+    rows = []
+    for (sampling, method), group in sim.rce.group_by("sampling", "aggregation", maintain_order=True):
+        by_budget = dict(zip(group["budget"].to_list(), group["rce"].to_list(), strict=True))
+        rows.append([_configuration(str(sampling), str(method)), *(f"{by_budget[b]:.3f}" for b in budgets)])
+    lines.append(_align(["configuration", *(f"{b:,}" for b in budgets)], rows, left=1, indent="  "))
+    nan = int(sim.rce["nan_estimates"].sum())
+    if nan:
+        lines.append(f"({nan:,} estimates had constant labels and count as rho_hat = 0)")
+    lines.append(f"ratings per pair needed for RCE <= {sim.target:g}:")
+    rows = [
+        [
+            _configuration(r["sampling"], r["aggregation"]),
+            f"not reached within the largest budget ({budgets[-1]:,})"
+            if r["needed"] is None
+            else f"{r['needed']:,.0f}",
+        ]
+        for r in needed.iter_rows(named=True)
+    ]
+    lines.append(_align(["configuration", "ratings"], rows, left=2, indent="  "))
+    return "\n".join(lines)
+
+
+def _configuration(sampling: str, method: str) -> str:
+    return f"{_CONFIGURATION_NAMES.get(sampling, sampling)} + {_CONFIGURATION_NAMES.get(method, method)}"
+
+
+def _check_gamma(gamma: float) -> None:
+    if not 0.0 < gamma <= 1.0:
+        raise ParameterError(f"--gamma must lie in (0, 1]; got {gamma:g}")
+
+
+def _check_seed(seed: int) -> None:
+    if seed < 0:
+        raise ParameterError(f"--seed must be a non-negative integer; got {seed}")
+
+
+def _parse_eta(text: str | None, *, estimate: bool) -> float | Literal["estimate"]:
+    """--eta: a rate in (0, 0.5), or (where `estimate`) the word 'estimate'."""
+    if text is None:
+        return _DEFAULT_ETA
+    if estimate and text.strip() == "estimate":
+        return "estimate"
+    expected = "a number in (0, 0.5)" + (" or 'estimate'" if estimate else "")
+    try:
+        eta = float(text)
+    except ValueError:
+        raise ParameterError(f"--eta must be {expected}; got {text!r}") from None
+    if not 0.0 < eta < 0.5:
+        raise ParameterError(f"--eta must be {expected}; got {eta:g}")
+    return eta
+
+
+def _parse_prior(text: str | None) -> float | Literal["model"]:
+    """--prior: a probability in (0, 1), or 'model'."""
+    if text is None:
+        return _DEFAULT_PRIOR
+    if text.strip() == "model":
+        return "model"
+    try:
+        prior = float(text)
+    except ValueError:
+        raise ParameterError(f"--prior must be a number in (0, 1) or 'model'; got {text!r}") from None
+    if not 0.0 < prior < 1.0:
+        raise ParameterError(f"--prior must be a number in (0, 1) or 'model'; got {prior:g}")
+    return prior
+
+
+def _parse_budgets(text: str) -> list[int]:
+    """--budgets: comma-separated positive integers, returned sorted without repeats."""
+    parts = [s.strip() for s in text.split(",") if s.strip()]
+    if not parts:
+        raise ParameterError("--budgets is empty; give ratings per pair such as 60,120,240")
+    budgets = []
+    for part in parts:
+        if not re.fullmatch(r"[0-9][0-9_]*", part):
+            raise ParameterError(f"--budgets must be comma-separated positive integers; got {part!r} in {text!r}")
+        budgets.append(int(part))
+    return sorted(set(budgets))
+
+
+def _check_rows(src: Source, acts: Source, what: str) -> None:
+    if src.n_rows != acts.n_rows:
+        raise ShapeError(f"{what} has {src.n_rows:,} inputs (rows) but ACTIVATIONS has {acts.n_rows:,}")
+
+
+def _check_pairs(pairs: np.ndarray, path: str, n_units: int, n_concepts: int) -> None:
+    if pairs.shape[0] == 0:
+        raise ParameterError(f"pairs file {path} holds no pair")
+    bad = (pairs[:, 0] < 0) | (pairs[:, 0] >= n_units) | (pairs[:, 1] < 0) | (pairs[:, 1] >= n_concepts)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ShapeError(
+            f"pairs file {path} row {i}: pair ({pairs[i, 0]}, {pairs[i, 1]}) is outside "
+            f"{n_units:,} units x {n_concepts:,} explanations"
+        )
+
+
+def _dense_columns(src: Source, columns: npt.NDArray[np.int64]) -> np.ndarray:
+    """Some columns of the source as one in-memory array, keeping its dtype."""
+    core = src.core
+    if isinstance(core, tuple):  # CSC: (rows, indptr, indices, values)
+        _, indptr, indices, values = core
+        dense = np.zeros((src.n_rows, columns.size), dtype=values.dtype)
+        for j, c in enumerate(columns):
+            lo, hi = int(indptr[c]), int(indptr[c + 1])
+            dense[indices[lo:hi], j] = values[lo:hi]
+        return dense
+    if isinstance(core, list):  # dense row shards
+        return np.concatenate([np.asarray(s[:, columns]) for s in core], axis=0)
+    return np.asarray(np.asarray(core)[:, columns])
+
+
+def _output_file(path: str | os.PathLike[str], flag: str, suffixes: Sequence[str]) -> Path:
+    """An output file's path, checked before any work: its suffix, and a directory to go into."""
+    p = Path(path)
+    if p.is_dir():
+        raise ParameterError(f"{flag} {p} is a directory; expected a {' or '.join(suffixes)} file")
+    if p.suffix not in suffixes:
+        raise ParameterError(f"{flag} {p}: expected a file name ending in {' or '.join(suffixes)}")
+    if not p.parent.is_dir():
+        raise FileNotFoundError(f"the output directory {p.parent} does not exist")
+    return p
+
+
+def _table_writer(table: pl.DataFrame, path: Path) -> Callable[[Path], object]:
+    """Writes `table` as CSV or parquet, by `path`'s suffix."""
+    return table.write_csv if path.suffix == ".csv" else table.write_parquet
+
+
+def _write_together(files: Sequence[tuple[Path, Callable[[Path], object]]]) -> None:
+    """Writes several files (anywhere) aside, then renames them into place: if one cannot be
+    written, none is (each is `write_atomic`, nested: the later ones are renamed into place
+    only after the earlier ones were written in full)."""
+    if not files:
+        return
+    (path, write), rest = files[0], files[1:]
+
+    def write_all(tmp: Path) -> None:
+        write(tmp)
+        _write_together(rest)
+
+    write_atomic(path, write_all)
+
+
+def _read_table(path: str, what: str) -> pl.DataFrame:
+    """A .csv or .parquet table."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{what} file {p} does not exist")
+    if p.suffix not in _TABLE_SUFFIXES:
+        raise SourceError(f"cannot read {what} from {p}: expected a .csv or .parquet file")
+    try:
+        return pl.read_parquet(p) if p.suffix == ".parquet" else pl.read_csv(p)
+    except Exception as e:  # polars raises many kinds; all mean the file is unreadable
+        raise SourceError(f"cannot read the {what} file {p}: {e}") from e
+
+
+def _read_plan(path: str) -> crowd.Plan:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"plan file {p} does not exist")
+    return crowd.Plan.read(p)
+
+
+def _align(head: Sequence[str], rows: Sequence[Sequence[str]], *, left: int, indent: str = "") -> str:
+    """Rows as aligned text: the first `left` columns left-aligned, the rest right-aligned."""
+    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
+    lines = []
+    for row in [head, *rows]:
+        cells = [
+            cell.ljust(w) if i < left else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append(indent + "  ".join(cells).rstrip())
     return "\n".join(lines)
 
 
