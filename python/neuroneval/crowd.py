@@ -46,7 +46,15 @@ import numpy.typing as npt
 import polars as pl
 
 from ._coerce import as_matrix, as_pairs
-from .errors import ConceptRangeError, EmptyInputError, LabelError, NonFiniteError, ParameterError, ShapeError
+from .errors import (
+    ConceptRangeError,
+    EmptyInputError,
+    LabelError,
+    NonFiniteError,
+    PairIndexError,
+    ParameterError,
+    ShapeError,
+)
 
 __all__ = [
     "CONFIGURATIONS",
@@ -82,6 +90,8 @@ _PRIOR_CLIP = (0.001, 0.999)
 
 def _standardise(x: Array) -> Array | None:
     """(x - mean) / std with population moments; None when x is constant."""
+    if x.max() == x.min():  # exact, unlike a std that rounding can leave above 0
+        return None
     centred = x - x.mean()
     std = math.sqrt(float(np.mean(centred * centred)))
     return None if std == 0.0 else centred / std
@@ -246,6 +256,12 @@ class Plan:
         )
 
 
+def _check_pairs(pairs: npt.NDArray[np.int64], n_units: int, n_concepts: int) -> None:
+    for k, t in pairs:
+        if not (0 <= k < n_units and 0 <= t < n_concepts):
+            raise PairIndexError(f"pair ({k}, {t}) is outside {n_units} units x {n_concepts} concepts")
+
+
 def plan(
     pairs: Any,
     activations: Any,
@@ -286,9 +302,7 @@ def plan(
     if a.shape[0] != chat.shape[0]:
         raise ShapeError(f"activations have {a.shape[0]} inputs (rows) but concept_model has {chat.shape[0]}")
     n_units, n_concepts = a.shape[1], chat.shape[1]
-    for k, t in pair_array:
-        if not (0 <= k < n_units and 0 <= t < n_concepts):
-            raise ShapeError(f"pair ({k}, {t}) is outside {n_units} units x {n_concepts} concepts")
+    _check_pairs(pair_array, n_units, n_concepts)
     if not isinstance(raters_per_input, (int, np.integer)) or raters_per_input < 1:
         raise ParameterError(f"raters_per_input must be a positive integer; got {raters_per_input!r}")
     if not isinstance(budget, (int, np.integer)) or budget < raters_per_input:
@@ -357,9 +371,9 @@ def bragg_posterior(positive: Any, votes: Any, eta: Any = 0.23, prior: Any = 0.0
     m = np.asarray(votes, dtype=np.float64)
     e = np.asarray(eta, dtype=np.float64)
     p = np.asarray(prior, dtype=np.float64)
-    if np.any((e <= 0) | (e >= 0.5)):
+    if not np.all((e > 0) & (e < 0.5)):  # NaN fails too
         raise ParameterError("eta must lie in (0, 0.5): raters must be right more often than wrong")
-    if np.any((p <= 0) | (p >= 1)):
+    if not np.all((p > 0) & (p < 1)):
         raise ParameterError("the prior must lie in (0, 1)")
     logit = np.log(p / (1 - p)) + (2 * pos - m) * np.log((1 - e) / e)
     out: Array = 1.0 / (1.0 + np.exp(-logit))
@@ -388,10 +402,17 @@ def _ratings_table(ratings: Any, plan: Plan | None) -> pl.DataFrame:
     vote = table["vote"]
     if vote.dtype == pl.Boolean:
         table = table.with_columns(pl.col("vote").cast(pl.Int64))
-    elif not vote.dtype.is_numeric() or not vote.is_in([0, 1]).all():
-        bad = table.filter(~pl.col("vote").is_in([0, 1])).row(0, named=True) if vote.dtype.is_numeric() else None
-        where = f" (first: pair {bad['pair']}, input {bad['input']}, vote {bad['vote']})" if bad else ""
-        raise LabelError(f"votes must be binary (0 = absent, 1 = present){where}")
+    elif not vote.dtype.is_numeric():
+        raise LabelError(f"votes must be binary (0 = absent, 1 = present); got a column of {vote.dtype}")
+    else:
+        values = vote.to_numpy()
+        bad = np.flatnonzero(~np.isin(values, (0, 1)))  # NaN is not in it either
+        if bad.size:
+            row = table.row(int(bad[0]), named=True)
+            raise LabelError(
+                f"votes must be binary (0 = absent, 1 = present); {bad.size} are not "
+                f"(first: pair {row['pair']}, input {row['input']}, vote {row['vote']})"
+            )
     table = table.with_columns(
         pl.col("pair").cast(pl.Int64), pl.col("input").cast(pl.Int64), pl.col("vote").cast(pl.Int64)
     )
@@ -461,6 +482,8 @@ def aggregate(
         if eta == "estimate":
             _, posterior = _dawid_skene(table, items, prior_values, max_iter, tol)
             label = posterior
+        elif isinstance(eta, str):
+            raise ParameterError(f"eta must be a rate in (0, 0.5) or 'estimate'; got {eta!r}")
         else:
             label = bragg_posterior(pos, m, eta, prior_values)
     return items.with_columns(pl.Series("label", label, dtype=pl.Float64))
@@ -541,14 +564,20 @@ def rater_error_rates(
 
 
 def _rho(w: Array, abar: Array, c: Array, self_normalised: bool) -> Array:
-    """SPEC section 6's estimator over the last axis (draws); NaN when sigma_c is not positive."""
+    """SPEC section 6's estimator over the last axis (draws).
+
+    NaN when the drawn labels are all equal (the correlation is then undefined: the plain
+    estimator's M2 - M1^2 would not even be 0, as its weights need not average 1) or when the
+    estimated variance is not positive.
+    """
     norm = w.sum(axis=-1) if self_normalised else np.full(w.shape[:-1], float(w.shape[-1]))
     s1 = (w * abar * c).sum(axis=-1) / norm
     m1 = (w * c).sum(axis=-1) / norm
     m2 = (w * c * c).sum(axis=-1) / norm
     var = m2 - m1 * m1
+    defined = (var > 0) & (c.max(axis=-1) > c.min(axis=-1))
     with np.errstate(invalid="ignore", divide="ignore"):
-        out: Array = np.where(var > 0, s1 / np.sqrt(np.where(var > 0, var, 1.0)), np.nan)
+        out: Array = np.where(defined, s1 / np.sqrt(np.where(defined, var, 1.0)), np.nan)
     return out
 
 
@@ -759,6 +788,19 @@ def simulate(
         raise LabelError("simulated raters need binary true labels (0/1)")
     if not (0.0 < eta < 0.5):
         raise ParameterError(f"eta must lie in (0, 0.5); got {eta}")
+    if not isinstance(raters_per_input, (int, np.integer)) or raters_per_input < 1:
+        raise ParameterError(f"raters_per_input must be a positive integer; got {raters_per_input!r}")
+    for sampling, method in configurations:
+        if sampling not in ("mgis", "uniform") or method not in ("bragg", "majority", "mean"):
+            raise ParameterError(
+                f"unknown configuration ({sampling!r}, {method!r}): sampling is 'mgis' or 'uniform', "
+                "aggregation 'bragg', 'majority' or 'mean'"
+            )
+    if isinstance(prior, str) and prior != "model":
+        raise ParameterError(f"prior must be a probability in (0, 1) or 'model'; got {prior!r}")
+    if not isinstance(prior, str) and not 0.0 < float(prior) < 1.0:
+        raise ParameterError(f"prior must lie in (0, 1); got {prior!r}")
+    _check_pairs(pair_array, a.shape[1], y.shape[1])
     budget_list = sorted({int(b) for b in budgets})
     if not budget_list or budget_list[0] < raters_per_input:
         raise ParameterError(f"budgets must be integers of at least raters_per_input ({raters_per_input})")
