@@ -422,7 +422,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--seed", default=0, type=int, help="seed of the split, weights, batches and checks (default: 0)"
     )
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--text",
+        action="store_true",
+        help="run the text demo instead (MiniLM over the Lee corpus; needs the text extra)",
+    )
+    args, rest = parser.parse_known_args(argv)
+    if args.text:
+        from . import demo_text
+
+        return demo_text.main(
+            [
+                *rest,
+                "--out",
+                str(args.out) if args.out != Path("demo-out") else "demo-text-out",
+                "--seed",
+                str(args.seed),
+            ]
+        )
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     out: Path = args.out
     seed: int = args.seed
 
