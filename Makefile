@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint rust-test py-test bench build clean
+.PHONY: demo test lint rust-test py-test bench build clean browser
 
 # The virtual environment with every dependency (torch included, installed once).
 $(STAMP): pyproject.toml
@@ -31,7 +31,15 @@ lint: $(STAMP)
 rust-test:
 	cargo test --release -q
 
-py-test: build
+# Headless Chromium (Debian's package) for the report's browser test, installed once when missing.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+		echo "installing chromium (Debian) for the report's browser test"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; \
+	} || echo "could not install chromium: the browser test will be skipped"
+
+py-test: build browser
 	$(PY) -m pytest -q python/neuroneval tests benches --benchmark-disable
 
 test: lint rust-test py-test

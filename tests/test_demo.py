@@ -157,7 +157,8 @@ def test_demo_writes_one_row_per_unit_and_concept(demo_run: tuple[Path, str]) ->
     out, printed = demo_run
     path = out / "scores.parquet"
     assert path.is_file()
-    assert sorted(p.name for p in out.iterdir()) == ["crowd", "sanity", "scores.parquet"], "temporary files left behind"
+    expected = ["crowd", "inputs", "report.html", "report.json", "sanity", "scores.parquet", "top_inputs.parquet"]
+    assert sorted(p.name for p in out.iterdir()) == expected, "temporary files left behind"
     table = pl.read_parquet(path)
     assert table.columns == ["layer", "unit", "concept", *neuroneval.METRICS]
     for metric in neuroneval.METRICS:
@@ -171,6 +172,23 @@ def test_demo_writes_one_row_per_unit_and_concept(demo_run: tuple[Path, str]) ->
         assert set(pairs["concept"]) == set(demo.CONCEPT_NAMES)
     assert f"{table.height} rows" in printed
     assert len(printed.splitlines()) < 110
+
+
+def test_demo_writes_a_report_with_every_layer_and_top_inputs(
+    demo_run: tuple[Path, str], probe: demo.DigitsProbe
+) -> None:
+    out, printed = demo_run
+    page = (out / "report.html").read_text()
+    assert f"wrote {out / 'report.html'}" in printed
+    for i, layer in enumerate(demo.LAYERS):
+        assert f'<section class="layer" id="layer-{i}-{layer}"' in page
+    tops = pl.read_parquet(out / "top_inputs.parquet")
+    # The top input of each class unit is an input where that unit is largest (exact argmax).
+    for k in range(10):
+        row = tops.filter(pl.col("unit") == f"class[{k}]", pl.col("rank") == 0)
+        column = probe.activations["class"][:, k]
+        assert row["activation"][0] == pytest.approx(float(column.max()))
+        assert column[row["input"][0]] == column.max()
 
 
 def test_demo_prints_the_four_crowd_budgets(demo_run: tuple[Path, str]) -> None:

@@ -50,7 +50,12 @@ per budget, and the budget each needs to reach a target::
     neuroneval crowd simulate acts.npy labels.npy model.npy --pairs pairs.csv \
         --budgets 60,120,240,480,960 --target 0.275 --out simulation/
 
-The same commands run as `python -m neuroneval score ...` (or `sanity`, `meta`, `crowd`).
+One self-contained HTML page of a results directory (what `python -m neuroneval.demo --out DIR`
+writes, or any directory holding a scores.parquet; `neuroneval.report` says what it reads)::
+
+    neuroneval report demo-out -o report.html
+
+The same commands run as `python -m neuroneval score ...` (or `sanity`, `meta`, `crowd`, `report`).
 
 Inputs
     ACTIVATIONS is a `.npy` file, a shard directory (`neuroneval.sources.write_shards`) or a
@@ -87,6 +92,9 @@ Output
     `--out`; each command's files are written aside and renamed into place, all or none.
     `crowd simulate --out DIR` writes rce.csv, needed.csv and rce.png there (all or none).
 
+    `report` writes its page (default RESULTS_DIR/report.html) aside and renames it into
+    place, then prints its path and size.
+
 Exit codes
     0 on success; 2 for bad input or arguments (one line on stderr says what is wrong); 1 for
     other operating-system errors (a full disk, a permission denied); 130 when interrupted.
@@ -110,7 +118,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from . import __version__, crowd, evaluate, meta, sanity, score
+from . import __version__, crowd, evaluate, meta, report, sanity, score
 from ._files import write_atomic, write_files_atomic
 from ._registry import METRICS
 from ._score import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, metric_list
@@ -180,6 +188,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_sanity(commands)
     _add_meta(commands)
     _add_crowd(commands)
+    _add_report(commands)
     return parser
 
 
@@ -1476,6 +1485,64 @@ def _align(head: Sequence[str], rows: Sequence[Sequence[str]], *, left: int, ind
         ]
         lines.append(indent + "  ".join(cells).rstrip())
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _add_report(commands: Any) -> None:
+    p: argparse.ArgumentParser = commands.add_parser(
+        "report",
+        help="write one self-contained HTML page of a results directory",
+        description=(
+            "Write one HTML page that needs no network of a results directory (scores.parquet, and when "
+            "present sanity/, crowd/, top_inputs.parquet, inputs/, report.json; see neuroneval.report): per "
+            "layer, histograms of the trustworthy metrics and a table of units with their best explanation, "
+            "its scores and their top-activating inputs; the sanity checks and the crowd simulation."
+        ),
+    )
+    p.add_argument("results", metavar="RESULTS_DIR", help="the results directory (holding scores.parquet)")
+    p.add_argument(
+        "-o", "--out", metavar="FILE", help="the page to write, a .html file (default: RESULTS_DIR/report.html)"
+    )
+    p.add_argument(
+        "--max-units",
+        type=int,
+        default=report.MAX_UNITS,
+        metavar="N",
+        help=f"units listed per layer; a larger layer lists its N best-explained (default {report.MAX_UNITS})",
+    )
+    p.add_argument(
+        "--inputs-per-unit",
+        type=int,
+        default=report.INPUTS_PER_UNIT,
+        metavar="N",
+        help=f"top-activating inputs shown per unit (default {report.INPUTS_PER_UNIT})",
+    )
+    p.set_defaults(command=_report)
+
+
+def _report(args: argparse.Namespace) -> int:
+    for flag, value in (("--max-units", args.max_units), ("--inputs-per-unit", args.inputs_per_unit)):
+        if value < 1:
+            raise ParameterError(f"{flag} must be a positive integer; got {value}")
+    results = Path(args.results)
+    if not results.exists():
+        raise FileNotFoundError(f"results directory {results} does not exist")
+    if not results.is_dir():
+        raise ParameterError(f"RESULTS_DIR {results} is a file; expected a directory holding {report.SCORES}")
+    out = results / "report.html" if args.out is None else _output_file(args.out, "--out", (".html", ".htm"))
+    written = report.write_report(results, out, max_units=args.max_units, inputs_per_unit=args.inputs_per_unit)
+    size = written.stat().st_size
+    print(f"wrote {written} ({_size(size)})", flush=True)
+    return 0
+
+
+def _size(n: int) -> str:
+    """ "812 bytes", "1.4 MB"."""
+    if n < 1000:
+        return _count(n, "byte")
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
 
 
 # --------------------------------------------------------------------------- shared

@@ -25,6 +25,7 @@ Examples
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -43,6 +44,7 @@ import neuroneval
 import neuroneval.crowd
 import neuroneval.sanity
 
+from . import report
 from ._files import write_atomic
 from .torch import capture
 
@@ -524,6 +526,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_atomic(crowd_dir / "rce.csv", simulation.rce.write_csv)
     simulation.plot(crowd_dir / "rce.png")
     print(f"wrote {crowd_dir / 'rce.csv'}, {crowd_dir / 'rce.png'}")
+
+    tops = report.top_inputs(probe.activations, k=report.INPUTS_PER_UNIT)
+    write_atomic(out / "top_inputs.parquet", tops.write_parquet)
+    report.write_inputs(out, images=probe.images)
+    page_meta = {
+        "title": "neuroneval demo: a small CNN on scikit-learn's digits",
+        "description": (
+            f"{n_units} units of a CNN (probe accuracy {100 * probe.accuracy:.1f}%) over {n_probe:,} probe inputs"
+            f" ({n_images} held-out digits x {probe.copies} shifts and rotations), {n_concepts} concepts, all"
+            f" {n_metrics} metrics at alpha = {ALPHA}."
+        ),
+        "layers": {layer: what for layer, (_, what) in LAYERS.items()},
+    }
+    write_atomic(out / "report.json", lambda p: p.write_text(json.dumps(page_meta, indent=1)))
+    page = report.write_report(out)
+    print(f"wrote {page} ({page.stat().st_size / 1e3:,.0f} kB): open it in a browser")
     return 0
 
 

