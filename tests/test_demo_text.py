@@ -57,3 +57,14 @@ def test_text_demo_writes_sanity_and_crowd_results(run: tuple[Path, str]) -> Non
     rce = pl.read_csv(out / "crowd" / "rce.csv")
     assert sorted(set(rce["budget"])) == list(demo_text.CROWD_BUDGETS)
     assert "MG-IS + BRAgg" in printed
+
+
+def test_cli_demo_dispatches_to_the_right_demo(monkeypatch: pytest.MonkeyPatch) -> None:
+    from neuroneval import cli
+
+    calls: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(demo_text, "main", lambda argv: calls.append(("text", list(argv))) or 0)
+    monkeypatch.setattr(demo, "main", lambda argv: calls.append(("digits", list(argv))) or 0)
+    assert cli.main(["demo", "--text", "--out", "somewhere", "--seed", "3"]) == 0
+    assert cli.main(["demo"]) == 0
+    assert calls == [("text", ["--seed", "3", "--out", "somewhere"]), ("digits", ["--seed", "0"])]

@@ -189,6 +189,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_meta(commands)
     _add_crowd(commands)
     _add_report(commands)
+    _add_demo(commands)
     return parser
 
 
@@ -1543,6 +1544,38 @@ def _size(n: int) -> str:
     if n < 1000:
         return _count(n, "byte")
     return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
+
+
+# --------------------------------------------------------------------------- demo
+
+
+def _add_demo(commands: Any) -> None:
+    p: argparse.ArgumentParser = commands.add_parser(
+        "demo",
+        help="the whole story on a model shipped in installed wheels (digits CNN, or MiniLM with --text)",
+        description=(
+            "Train a small CNN on scikit-learn's digits, score its units with every metric, run the sanity "
+            "checks and a crowd simulation, and write a report (make demo). With --text: MiniLM's FFN neurons "
+            "over gensim's Lee news corpus with lexicon concepts (needs the text extra)."
+        ),
+    )
+    p.add_argument("--text", action="store_true", help="the MiniLM text demo instead of the digits CNN")
+    p.add_argument("--out", metavar="DIR", help="output directory (default: demo-out, or demo-text-out with --text)")
+    p.add_argument("--seed", type=int, default=0, help="seed of everything (default: 0)")
+    p.set_defaults(command=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from . import demo
+
+    argv = ["--seed", str(args.seed)]
+    if args.out is not None:
+        argv += ["--out", args.out]
+    if args.text:
+        from . import demo_text
+
+        return demo_text.main(argv)
+    return demo.main(argv)
 
 
 # --------------------------------------------------------------------------- shared

@@ -433,15 +433,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.text:
         from . import demo_text
 
-        return demo_text.main(
-            [
-                *rest,
-                "--out",
-                str(args.out) if args.out != Path("demo-out") else "demo-text-out",
-                "--seed",
-                str(args.seed),
-            ]
-        )
+        out_args = [] if args.out == Path("demo-out") else ["--out", str(args.out)]
+        return demo_text.main([*rest, *out_args, "--seed", str(args.seed)])
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     out: Path = args.out
