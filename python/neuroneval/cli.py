@@ -859,17 +859,7 @@ def _add_crowd_plan(steps: Any) -> None:
         metavar="ACTIVATIONS",
         help="inputs x units, as for `score` (a .npy file, a shard directory, a .npz sparse matrix)",
     )
-    p.add_argument(
-        "concept_model",
-        metavar="CONCEPT_MODEL",
-        help="inputs x explanations: a cheap model's probabilities in [0, 1], as CONCEPTS of `score`",
-    )
-    p.add_argument(
-        "--pairs",
-        required=True,
-        metavar="FILE",
-        help="the (unit, explanation) pairs: a CSV with integer columns unit,concept or an (M, 2) integer .npy",
-    )
+    _add_model_and_pairs(p)
     p.add_argument("--budget", required=True, type=int, metavar="N", help="ratings per pair (at least --raters)")
     p.add_argument("--raters", type=int, default=3, metavar="N", help="raters per shown input (default 3)")
     p.add_argument(
@@ -1186,17 +1176,7 @@ def _add_crowd_simulate(steps: Any) -> None:
         metavar="LABELS",
         help="inputs x explanations: the true binary labels, as CONCEPTS of `score`",
     )
-    p.add_argument(
-        "concept_model",
-        metavar="CONCEPT_MODEL",
-        help="inputs x explanations: a cheap model's probabilities in [0, 1], as CONCEPTS of `score`",
-    )
-    p.add_argument(
-        "--pairs",
-        required=True,
-        metavar="FILE",
-        help="the (unit, explanation) pairs: a CSV with integer columns unit,concept or an (M, 2) integer .npy",
-    )
+    _add_model_and_pairs(p)
     p.add_argument(
         "--budgets", required=True, metavar="LIST", help="comma-separated ratings per pair, e.g. 60,120,240,480"
     )
@@ -1544,6 +1524,21 @@ def _size(n: int) -> str:
     if n < 1000:
         return _count(n, "byte")
     return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
+
+
+def _add_model_and_pairs(p: argparse.ArgumentParser) -> None:
+    """CONCEPT_MODEL and --pairs, as `crowd plan` and `crowd simulate` take them."""
+    p.add_argument(
+        "concept_model",
+        metavar="CONCEPT_MODEL",
+        help="inputs x explanations: a cheap model's probabilities in [0, 1], as CONCEPTS of `score`",
+    )
+    p.add_argument(
+        "--pairs",
+        required=True,
+        metavar="FILE",
+        help="the (unit, explanation) pairs: a CSV with integer columns unit,concept or an (M, 2) integer .npy",
+    )
 
 
 # --------------------------------------------------------------------------- demo

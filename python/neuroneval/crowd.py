@@ -63,6 +63,7 @@ __all__ = [
     "aggregate",
     "bragg_posterior",
     "estimate",
+    "needed_budgets",
     "plan",
     "proposal",
     "rater_error_rates",
@@ -691,24 +692,7 @@ class Simulation:
         Interpolated log-linearly between the first budget of the grid that reaches the target
         and the one before it; null when no budget of the grid reaches it.
         """
-        goal = self.target if target is None else target
-        rows = []
-        for (sampling, method), group in self.rce.group_by("sampling", "aggregation", maintain_order=True):
-            budgets = group["budget"].to_numpy().astype(np.float64)
-            rce = group["rce"].to_numpy()
-            hit = np.flatnonzero(rce <= goal)
-            needed: float | None = None
-            if hit.size:
-                j = int(hit[0])
-                if j == 0:
-                    needed = float(budgets[0])
-                else:
-                    x0, x1 = math.log(budgets[j - 1]), math.log(budgets[j])
-                    y0, y1 = rce[j - 1], rce[j]
-                    frac = (y0 - goal) / (y0 - y1) if y0 != y1 else 1.0
-                    needed = float(math.exp(x0 + frac * (x1 - x0)))
-            rows.append({"sampling": sampling, "aggregation": method, "needed": needed})
-        return pl.DataFrame(rows, schema={"sampling": pl.String, "aggregation": pl.String, "needed": pl.Float64})
+        return needed_budgets(self.rce, self.target if target is None else target)
 
     def plot(self, path: Any) -> Any:
         """RCE against ratings per pair (log scale), one line per configuration, the target dashed (PNG)."""
@@ -736,6 +720,40 @@ class Simulation:
             fig.savefig(p, format="png")
 
         return write_atomic(path, draw)
+
+
+def needed_budgets(rce: pl.DataFrame, target: float) -> pl.DataFrame:
+    """Ratings per pair each configuration of an RCE table needs to reach RCE <= target.
+
+    `rce` has columns sampling, aggregation, budget, rce (as `Simulation.rce`). Interpolated
+    log-linearly between the first budget reaching the target and the one before it; the first
+    budget when it already does; null when no budget does.
+
+    Examples
+    --------
+    >>> rce = pl.DataFrame({"sampling": ["mgis"] * 3, "aggregation": ["bragg"] * 3,
+    ...                     "budget": [100, 200, 400], "rce": [0.5, 0.3, 0.1]})
+    >>> needed_budgets(rce, 0.2)["needed"].round(1).to_list()
+    [282.8]
+    """
+    rows = []
+    for (sampling, method), group in rce.group_by("sampling", "aggregation", maintain_order=True):
+        group = group.sort("budget")
+        budgets = group["budget"].to_numpy().astype(np.float64)
+        values = group["rce"].to_numpy()
+        hit = np.flatnonzero(values <= target)
+        needed: float | None = None
+        if hit.size:
+            j = int(hit[0])
+            if j == 0:
+                needed = float(budgets[0])
+            else:
+                x0, x1 = math.log(budgets[j - 1]), math.log(budgets[j])
+                y0, y1 = values[j - 1], values[j]
+                frac = (y0 - target) / (y0 - y1) if y0 != y1 else 1.0
+                needed = float(math.exp(x0 + frac * (x1 - x0)))
+        rows.append({"sampling": sampling, "aggregation": method, "needed": needed})
+    return pl.DataFrame(rows, schema={"sampling": pl.String, "aggregation": pl.String, "needed": pl.Float64})
 
 
 def simulate(

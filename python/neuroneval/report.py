@@ -530,24 +530,10 @@ def _read_crowd(directory: Path, target: float | None) -> tuple[pl.DataFrame, pl
 
 
 def _needed(rce: pl.DataFrame, goal: float) -> pl.DataFrame:
-    """`crowd.Simulation.needed`: log-linear interpolation to the first budget reaching `goal`."""
-    rows = []
-    for (sampling, method), group in rce.group_by("sampling", "aggregation", maintain_order=True):
-        group = group.sort("budget")
-        budgets, values = group["budget"].to_numpy(), group["rce"].to_numpy()
-        hit = np.flatnonzero(values <= goal)
-        needed: float | None = None
-        if hit.size:
-            j = int(hit[0])
-            if j == 0:
-                needed = float(budgets[0])
-            else:
-                x0, x1 = math.log(budgets[j - 1]), math.log(budgets[j])
-                y0, y1 = values[j - 1], values[j]
-                frac = (y0 - goal) / (y0 - y1) if y0 != y1 else 1.0
-                needed = float(math.exp(x0 + frac * (x1 - x0)))
-        rows.append({"sampling": sampling, "aggregation": method, "needed": needed})
-    return pl.DataFrame(rows, schema={"sampling": pl.String, "aggregation": pl.String, "needed": pl.Float64})
+    """`crowd.needed_budgets`, imported late: the report does not need the crowd module otherwise."""
+    from .crowd import needed_budgets
+
+    return needed_budgets(rce, goal)
 
 
 def _read_inputs(directory: Path) -> _Inputs | None:
