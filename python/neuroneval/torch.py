@@ -134,7 +134,9 @@ def capture(
         raise EmptyInputError("inputs hold no inputs (first dimension is 0)")
     device = _device(model, x)
 
-    seen: dict[str, list[torch.Tensor]] = {name: [] for name in names}
+    # Reduced (and copied) inside the hook: a later in-place operation of the same forward pass
+    # (ReLU(inplace=True)) cannot change what was captured.
+    seen: dict[str, list[npt.NDArray[np.float32]]] = {name: [] for name in names}
     chunks: dict[str, list[npt.NDArray[np.float32]]] = {name: [] for name in names}
 
     def hook_for(name: str) -> Any:
@@ -144,7 +146,7 @@ def capture(
                     f"layer {name!r} returned {type(output).__name__}, not a tensor; capture a submodule "
                     "that returns a single tensor"
                 )
-            seen[name].append(output)
+            seen[name].append(_units(output, reduce))
 
         return hook
 
@@ -163,7 +165,7 @@ def capture(
                         raise ParameterError(
                             f"layer {name!r} ran {len(outs)} times in one forward pass; capture needs exactly once"
                         )
-                    chunks[name].append(_units(outs[0], reduce))
+                    chunks[name].append(outs[0])
                     outs.clear()
     finally:
         for handle in handles:
@@ -197,7 +199,7 @@ def _units(output: torch.Tensor, reduce: str) -> npt.NDArray[np.float32]:
         spatial = tuple(range(2, out.ndim))
         out = out.mean(dim=spatial) if reduce == "mean" else out.amax(dim=spatial)
     out = out.reshape(out.shape[0], -1)
-    return np.asarray(out.cpu().numpy(), dtype=np.float32)
+    return np.array(out.cpu().numpy(), dtype=np.float32)  # a copy, never a view of the layer's output
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -841,6 +843,10 @@ class _LayerRun:
                 )
             r = encoded
         r = r.to(self.store_dtype)
+        if r.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+            # A view of the output: a later in-place operation of this forward pass (ReLU(inplace=True))
+            # would change it before it is copied to the host.
+            r = r.clone()
         if self.sae is not None and self.decide:
             self.zeros = (r == 0).sum()
         self.result = r
