@@ -157,7 +157,16 @@ def test_demo_writes_one_row_per_unit_and_concept(demo_run: tuple[Path, str]) ->
     out, printed = demo_run
     path = out / "scores.parquet"
     assert path.is_file()
-    expected = ["crowd", "inputs", "report.html", "report.json", "sanity", "scores.parquet", "top_inputs.parquet"]
+    expected = [
+        "activations",
+        "crowd",
+        "inputs",
+        "report.html",
+        "report.json",
+        "sanity",
+        "scores.parquet",
+        "top_inputs.parquet",
+    ]
     assert sorted(p.name for p in out.iterdir()) == expected, "temporary files left behind"
     table = pl.read_parquet(path)
     assert table.columns == ["layer", "unit", "concept", *neuroneval.METRICS]
@@ -172,6 +181,19 @@ def test_demo_writes_one_row_per_unit_and_concept(demo_run: tuple[Path, str]) ->
         assert set(pairs["concept"]) == set(demo.CONCEPT_NAMES)
     assert f"{table.height} rows" in printed
     assert len(printed.splitlines()) < 110
+
+
+def test_demo_extracts_to_a_store_equal_to_the_captured_activations(
+    demo_run: tuple[Path, str], probe: demo.DigitsProbe
+) -> None:
+    from neuroneval.torch import ActivationStore
+
+    out, printed = demo_run
+    store = ActivationStore.open(out / "activations")
+    assert f"extracted the 4 layers to {out / 'activations'}" in printed
+    for layer, (module, _) in demo.LAYERS.items():
+        stored = np.concatenate(list(store[module].source.row_chunks(1 << 16)))
+        np.testing.assert_array_equal(stored, probe.activations[layer])  # float32 store, same forward pass
 
 
 def test_demo_writes_a_report_with_every_layer_and_top_inputs(

@@ -46,7 +46,7 @@ import neuroneval.sanity
 
 from . import report
 from ._files import write_atomic
-from .torch import capture
+from .torch import capture, extract
 
 __all__ = [
     "CONCEPT_NAMES",
@@ -258,9 +258,11 @@ class DigitsProbe:
         return np.stack([probs[:, list(members)].sum(axis=1) for members in DERIVED.values()], axis=1)
 
 
-def probe_digits(seed: int = 0) -> DigitsProbe:
+def probe_digits(seed: int = 0, store: Path | None = None) -> DigitsProbe:
     """Train the demo's CNN on half of scikit-learn's digits and capture its units on the other half.
 
+    With `store`, the activations are extracted to that directory first (`neuroneval.torch.extract`,
+    float32: one shard store per layer, as for a model too large for memory) and read back from it.
     Deterministic for a given seed (single-threaded, deterministic torch on the CPU).
     """
     from sklearn.datasets import load_digits
@@ -279,7 +281,14 @@ def probe_digits(seed: int = 0) -> DigitsProbe:
         net = _network()
         _train(net, x_train, y_train, seed)
         probe_model = nn.Sequential(OrderedDict(net=net, softmax=nn.Softmax(dim=1)))
-        captured = capture(probe_model, x_probe, [m for m, _ in LAYERS.values()], reduce="mean")
+        modules = [m for m, _ in LAYERS.values()]
+        if store is None:
+            captured = capture(probe_model, x_probe, modules, reduce="mean")
+        else:
+            stored = extract(
+                probe_model, x_probe, modules, store, reduce="mean", dtype="float32", resume=False, progress=False
+            )
+            captured = {m: _read_dense(stored[m].source) for m in modules}
     acts = {layer: captured[module] for layer, (module, _) in LAYERS.items()}
     probe_labels = np.tile(labels[probe_idx], copies)
     accuracy = float((acts["class"].argmax(axis=1) == probe_labels).mean())
@@ -288,6 +297,11 @@ def probe_digits(seed: int = 0) -> DigitsProbe:
     return DigitsProbe(
         acts, probe_labels, concepts_for(probe_labels, ink), accuracy, int(train_idx.size), copies, images_out
     )
+
+
+def _read_dense(source: Any) -> npt.NDArray[np.float32]:
+    """A stored layer's rows, read back into one array."""
+    return np.concatenate(list(source.row_chunks(1 << 16)), axis=0).astype(np.float32, copy=False)
 
 
 def sanity_settings(probe: DigitsProbe) -> list[tuple[str, npt.NDArray[Any], npt.NDArray[np.int64] | None]]:
@@ -441,7 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     seed: int = args.seed
 
     print(f"neuroneval {neuroneval.__version__} demo (seed {seed}): a small CNN on scikit-learn's digits")
-    probe = probe_digits(seed)
+    probe = probe_digits(seed, store=out / "activations")
     n_probe = probe.labels.size
     n_images = n_probe // probe.copies
     print(
@@ -449,6 +463,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f" each under {probe.copies} shifts/rotations: {n_probe:,} probe inputs"
     )
     print(f"CNN conv16-conv32-pool-fc64-fc10, Adam, {EPOCHS} epochs: probe accuracy {100 * probe.accuracy:.1f}%")
+    stored = sum(f.stat().st_size for f in (out / "activations").rglob("*") if f.is_file())
+    print(f"extracted the 4 layers to {out / 'activations'} ({stored / 1e6:.1f} MB, one shard store per layer)")
     concepts = probe.concepts
     print(f"concepts ({len(CONCEPT_NAMES)}): digit 0 .. digit 9, {', '.join(CONCEPT_NAMES[10:])}")
 
