@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from . import errors, meta, metrics, sanity
+from . import distributed, errors, meta, metrics, sanity
 from ._evaluate import evaluate
 from ._registry import METRICS, PASSING_METRICS, MetricInfo
 from ._score import compute, score
@@ -23,6 +23,7 @@ __all__ = [
     "MetricInfo",
     "NeuronEvalError",
     "compute",
+    "distributed",
     "errors",
     "evaluate",
     "meta",

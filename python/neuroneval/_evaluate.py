@@ -156,6 +156,81 @@ def evaluate(
     >>> t.select("unit", "concept", "rank").head(2).rows()
     [(0, 0, 1), (1, 1, 1)]
     """
+    plan = _plan(
+        activations, concepts, metrics, alpha, lam, k, top_alpha, seed, keep, block_units, unit_names, concept_names
+    )
+    names, args, top, acts, conc = plan.names, plan.args, plan.top, plan.acts, plan.conc
+    bounds, prepared = plan.bounds, plan.prepared
+    report = _Progress(progress)
+
+    if out is None:
+        with tempfile.TemporaryDirectory(prefix="neuroneval-", dir=scratch) as tmp:
+            job = _Job(acts, conc, prepared, args, top, bounds, Path(tmp), report)
+            parts = job.run(Path(tmp) / "scratch")
+            return pl.concat(parts) if parts else _empty_table(names, top, acts, conc)
+
+    out = _check_out(out)
+    work = partial_dir(out)
+    done = _open_state(work, plan.state(), restart, report)
+    # Our own subdirectory of a user's scratch directory: only it is ever deleted.
+    scratch_dir = work / "scratch" if scratch is None else Path(scratch) / f"{work.name}-scratch"
+    _Job(acts, conc, prepared, args, top, bounds, work, report).run(scratch_dir, done)
+    _merge(work, len(bounds), out)
+    shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+@dataclass
+class _Plan:
+    """A validated run: its arguments, opened sources, blocks and prepared concepts."""
+
+    names: list[str]
+    args: tuple[list[str], float, float, int, float, int]
+    keep: Literal["all"] | int
+    top: int | None
+    acts: Source
+    conc: Source
+    bounds: list[tuple[int, int]]
+    prepared: _core.PreparedConcepts
+
+    def state(self) -> dict[str, Any]:
+        """The run's fingerprint, kept as `run.json` in `<out>.partial/` (the resume rule)."""
+        args = self.args
+        return {
+            "version": 1,
+            "arguments": {
+                "metrics": self.names,
+                "alpha": args[1],
+                "lam": args[2],
+                "k": args[3],
+                "top_alpha": args[4],
+                "seed": args[5],
+                "keep": self.keep,
+                "blocks": self.bounds,
+            },
+            "activations": self.acts.fingerprint(),
+            "concepts": self.conc.fingerprint(),
+            "unit_names": self.acts.names,
+            "concept_names": self.conc.names,
+        }
+
+
+def _plan(
+    activations: Any,
+    concepts: Any,
+    metrics: str | Sequence[str] | None,
+    alpha: float,
+    lam: float,
+    k: int,
+    top_alpha: float,
+    seed: int,
+    keep: Literal["all"] | int,
+    block_units: int | None,
+    unit_names: Any,
+    concept_names: Any,
+) -> _Plan:
+    """Checks every argument, opens both sources and validates (prepares) the concepts:
+    every input error is raised here, before anything is written or submitted."""
     names = metric_list(metrics)
     args = (names, float(alpha), float(lam), check_k(k), float(top_alpha), check_seed(seed))
     _core.check_arguments(*args)
@@ -165,44 +240,60 @@ def evaluate(
     if acts.n_rows != conc.n_rows:
         raise ShapeError(f"activations have {acts.n_rows} inputs (rows) but concepts have {conc.n_rows}")
     bounds = _blocks(acts, conc.n_columns, block_units)
-    report = _Progress(progress)
     # The concepts are validated (and transformed) before anything is written.
     prepared = _core.prepare_concepts(conc.core, names)
+    return _Plan(names, args, keep, top, acts, conc, bounds, prepared)
 
-    if out is None:
-        with tempfile.TemporaryDirectory(prefix="neuroneval-", dir=scratch) as tmp:
-            job = _Job(acts, conc, prepared, args, top, bounds, Path(tmp), report)
-            parts = job.run(Path(tmp) / "scratch")
-            return pl.concat(parts) if parts else _empty_table(names, top, acts, conc)
 
+def _check_out(out: str | os.PathLike[str]) -> Path:
     out = Path(out)
     if not out.parent.is_dir():
         raise FileNotFoundError(f"the output directory {out.parent} does not exist")
-    work = partial_dir(out)
-    state = {
-        "version": 1,
-        "arguments": {
-            "metrics": names,
-            "alpha": args[1],
-            "lam": args[2],
-            "k": args[3],
-            "top_alpha": args[4],
-            "seed": args[5],
-            "keep": keep,
-            "blocks": bounds,
-        },
-        "activations": acts.fingerprint(),
-        "concepts": conc.fingerprint(),
-        "unit_names": acts.names,
-        "concept_names": conc.names,
-    }
-    done = _open_state(work, state, restart, report)
-    # Our own subdirectory of a user's scratch directory: only it is ever deleted.
-    scratch_dir = work / "scratch" if scratch is None else Path(scratch) / f"{work.name}-scratch"
-    _Job(acts, conc, prepared, args, top, bounds, work, report).run(scratch_dir, done)
-    _merge(work, len(bounds), out)
-    shutil.rmtree(work, ignore_errors=True)
     return out
+
+
+def score_block(
+    data: Any,
+    prepared: _core.PreparedConcepts,
+    args: tuple[list[str], float, float, int, float, int],
+    start: int,
+    stop: int,
+    acts: Source,
+    conc: Source,
+    top: int | None,
+) -> pl.DataFrame:
+    """Units [start, stop) scored into their table: `data` is their (N, stop - start)
+    activations as the core reads them. The one home of the scoring, for `evaluate`'s
+    blocks and `neuroneval.distributed`'s tasks alike."""
+    values = _core.score_matrix(data, prepared, *args, first_unit=start)
+    return _table(values, args[0], start, stop, acts, conc, top)
+
+
+def read_columns(acts: Source, start: int, stop: int) -> Any:
+    """Units [start, stop) of `acts` read on their own, as the core reads them: a column
+    range of a column-major `.npy` by one plain read; of a row-major file by one pass of
+    plain row-chunk reads keeping only these columns; of data in memory, a view."""
+    if acts.kind == "npy" and not acts.row_major_files:
+        return _read_columns(acts, start, stop)
+    if acts.row_major_files:
+        data = np.empty((acts.n_rows, stop - start), dtype=acts.dtype)
+        row = 0
+        for chunk in acts.row_chunks(_chunk_rows(acts)):
+            data[row : row + chunk.shape[0]] = chunk[:, start:stop]
+            row += chunk.shape[0]
+        return data
+    return acts.columns(start, stop).core
+
+
+def _write_part(work: Path, block: int, frame: pl.DataFrame) -> None:
+    """The block's part file, written aside (a name of this process's own), synced, then
+    renamed into place: a part is whole or absent, and rewriting it is harmless."""
+    final = _part(work, block)
+    tmp = final.with_name(f"{final.name}.{os.getpid()}.tmp")
+    frame.write_parquet(tmp)
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
 
 
 def _check_keep(keep: Any) -> int | None:
@@ -309,16 +400,10 @@ class _Job:
 
     def score(self, block: int, data: Any) -> pl.DataFrame:
         start, stop = self.bounds[block]
-        values = _core.score_matrix(data, self.prepared, *self.args, first_unit=start)
-        return _table(values, self.args[0], start, stop, self.acts, self.conc, self.top)
+        return score_block(data, self.prepared, self.args, start, stop, self.acts, self.conc, self.top)
 
     def write_part(self, block: int, frame: pl.DataFrame) -> None:
-        """The block's part file, written aside, synced, then renamed into place."""
-        tmp = _part(self.work, block).with_suffix(".parquet.tmp")
-        frame.write_parquet(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, _part(self.work, block))
+        _write_part(self.work, block, frame)
 
 
 class _BlockReader:

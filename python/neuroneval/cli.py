@@ -76,7 +76,8 @@ Inputs
 Output
     Without `--pairs`, `neuroneval.evaluate` writes the table block by block; an interrupted
     run resumes when the same command is run again (`--restart` discards an unfinished run
-    made with other arguments). With `--pairs`, `neuroneval.score` computes the table, which
+    made with other arguments). With `--ray [ADDRESS]`, `neuroneval.distributed.evaluate` writes
+    the same table as Ray tasks, on the cluster at ADDRESS or on a local Ray. With `--pairs`, `neuroneval.score` computes the table, which
     is written aside and renamed into place. On a terminal a progress bar shows on stderr;
     after success a short summary (each unit's best concept under the first metric) goes to
     stdout. `--quiet` turns both off.
@@ -262,6 +263,17 @@ def _add_score(commands: Any) -> None:
         action="store_true",
         help="discard an unfinished run on --out that was started with other arguments or data (not used with --pairs)",
     )
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help=(
+            "score as Ray tasks (neuroneval.distributed; needs the ray extra): on the cluster at ADDRESS, "
+            "or on a local Ray started for this run when no address is given; files must be on a path "
+            "every worker sees; --block-units are the units per task, --threads each task's CPUs"
+        ),
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar, notices or summary")
     p.set_defaults(command=_score, resumes=True)
 
@@ -278,6 +290,8 @@ def _score(args: argparse.Namespace) -> int:
         raise ParameterError(f"--block-units must be a positive integer; got {args.block_units}")
     if args.pairs is not None and args.top is not None:
         raise ParameterError("--top cannot be combined with --pairs (which scores exactly the pairs given)")
+    if args.pairs is not None and args.ray is not None:
+        raise ParameterError("--ray cannot be combined with --pairs")
     parameters: dict[str, Any] = {
         "alpha": args.alpha,
         "lam": args.lam,
@@ -287,7 +301,23 @@ def _score(args: argparse.Namespace) -> int:
     }
     acts, conc = _open_inputs(args.activations, args.concepts, args.unit_names, args.concept_names)
     with _threads(args.threads):
-        if args.pairs is None:
+        if args.ray is not None:
+            from . import distributed
+
+            distributed.evaluate(
+                acts,
+                conc,
+                metrics,
+                **parameters,
+                out=out,
+                address=args.ray or None,
+                units_per_task=args.block_units,
+                cpus_per_task=args.threads or 1,
+                keep="all" if args.top is None else args.top,
+                restart=args.restart,
+                progress=not args.quiet,
+            )
+        elif args.pairs is None:
             evaluate(
                 acts,
                 conc,

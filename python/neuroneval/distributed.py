@@ -1,0 +1,276 @@
+"""`neuroneval.distributed.evaluate`: `neuroneval.evaluate` run as Ray tasks, on one machine
+or a cluster. Needs the `ray` extra (`pip install neuroneval[ray]`); `import neuroneval`
+never imports ray.
+
+The units are split into contiguous blocks, one Ray task each. A task opens the activation
+source itself from its path (a `.npy` file or a dense shard directory on a filesystem every
+worker sees; data in memory, sparse matrices included, are put in Ray's object store once),
+reads its units' columns for all N inputs, scores them with the same code as `evaluate`
+(`_evaluate.score_block`) and writes its table as a parquet part into `<out>.partial/`,
+written aside and renamed into place. The concepts (and the run's arguments) go into the
+object store once; each worker process prepares them once per run.
+
+The parts, `run.json` and the final merge are `evaluate`'s own: a restarted driver submits
+only the blocks without a part (and says so), different arguments or data raise
+`ResumeError` (`restart=True` discards them), and the final file appears only when complete.
+A task whose worker dies is retried (`max_retries`); a part is whole or absent, and a retry
+writes the same content, so nothing is lost or duplicated. Bad input is rejected by
+`evaluate`'s own checks before Ray is started or any task is submitted.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from . import _core
+from ._evaluate import (
+    _blocks,
+    _check_out,
+    _merge,
+    _open_state,
+    _plan,
+    _Progress,
+    _write_part,
+    partial_dir,
+    read_columns,
+    score_block,
+)
+from ._score import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA
+from .errors import ParameterError, SourceError
+from .sources import Source, open_activations
+
+__all__ = ["evaluate", "DEFAULT_TASKS"]
+
+#: By default the units are split into at least this many tasks (fewer when K is smaller),
+#: each also bounded like `evaluate`'s blocks (256 MiB of activations).
+DEFAULT_TASKS = 16
+#: Retries of a task whose worker process died (or whose node was lost).
+DEFAULT_MAX_RETRIES = 3
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """What every task of one run needs, put in the object store once."""
+
+    args: tuple[list[str], float, float, int, float, int]
+    top: int | None
+    conc: Source  # its core in memory
+    bounds: list[tuple[int, int]]
+    acts: Source | None  # data in memory, or None: opened by each task from `path`
+    path: str | None
+    unit_names: list[str] | None
+    shape: tuple[int, int]
+    dtype: str
+    work: str
+    run: str  # identifies the run in each worker process's cache
+
+
+def evaluate(
+    activations: Any,
+    concepts: Any,
+    metrics: str | Sequence[str] | None = None,
+    *,
+    out: str | os.PathLike[str],
+    address: str | None = None,
+    units_per_task: int | None = None,
+    num_cpus: int | None = None,
+    cpus_per_task: int = 1,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    alpha: float = DEFAULT_ALPHA,
+    lam: float = 1.0,
+    k: int = 25,
+    top_alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
+    seed: int = 0,
+    keep: Literal["all"] | int = "all",
+    unit_names: Any = None,
+    concept_names: Any = None,
+    restart: bool = False,
+    progress: bool = True,
+) -> Path:
+    """`neuroneval.evaluate(..., out=out)` as Ray tasks: the same arguments, the same file.
+
+    Parameters
+    ----------
+    activations, concepts, metrics, alpha, lam, k, top_alpha, seed, keep, unit_names, concept_names, restart, progress
+        As in `neuroneval.evaluate`. File sources must be on a path every worker sees.
+    out : path
+        The parquet file to write, on a filesystem every worker sees (tasks write their
+        parts into `<out>.partial/`).
+    address : str, optional
+        A Ray cluster to connect to (`ray.init(address=...)`, e.g. "10.0.0.1:6379" or
+        "auto"), or None: a local Ray started for this call (with `num_cpus` CPUs, default
+        the machine's) and stopped after it. Either way, when this process already runs a
+        Ray runtime (`ray.init` was called), that one is used.
+    units_per_task : int, optional
+        Units per task (the blocks of `run.json`). Default: K / 16 rounded up, and at most
+        as many as `evaluate`'s default block holds.
+    cpus_per_task : int
+        CPUs each task asks Ray for, and the core's threads in it.
+    max_retries : int
+        Retries of a task whose worker died.
+
+    Returns
+    -------
+    pathlib.Path
+        `out`, once written.
+    """
+    if isinstance(cpus_per_task, bool) or not isinstance(cpus_per_task, int) or cpus_per_task < 1:
+        raise ParameterError(f"cpus_per_task must be a positive integer; got {cpus_per_task!r}")
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        raise ParameterError(f"max_retries must be a non-negative integer; got {max_retries!r}")
+    if num_cpus is not None and (isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1):
+        raise ParameterError(f"num_cpus must be a positive integer; got {num_cpus!r}")
+    # evaluate's own checks, in evaluate's order: every input error is raised here.
+    plan = _plan(
+        activations, concepts, metrics, alpha, lam, k, top_alpha, seed, keep, units_per_task, unit_names, concept_names
+    )
+    if units_per_task is None:
+        plan.bounds = _blocks(plan.acts, plan.conc.n_columns, _default_units(plan.acts, plan.conc.n_columns))
+    del plan.prepared  # the driver only validated the concepts; each worker prepares its own
+    out = _check_out(out).resolve()
+    ray = _import_ray()
+    report = _Progress(progress)
+    work = partial_dir(out)
+    done = _open_state(work, plan.state(), restart, report)
+    shared = _Shared(
+        args=plan.args,
+        top=plan.top,
+        conc=_in_memory(plan.conc),
+        bounds=plan.bounds,
+        acts=None if _path_of(plan.acts) else _in_memory(plan.acts),
+        path=_path_of(plan.acts),
+        unit_names=plan.acts.names,
+        shape=plan.acts.shape,
+        dtype=str(plan.acts.dtype),
+        work=str(work),
+        run=uuid.uuid4().hex,
+    )
+    todo = [i for i in range(len(plan.bounds)) if i not in done]
+    if todo:
+        _run_tasks(ray, shared, todo, len(plan.bounds), address, num_cpus, cpus_per_task, max_retries, report)
+    _merge(work, len(plan.bounds), out)
+    shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def _run_tasks(
+    ray: Any,
+    shared: _Shared,
+    todo: list[int],
+    n_blocks: int,
+    address: str | None,
+    num_cpus: int | None,
+    cpus_per_task: int,
+    max_retries: int,
+    report: _Progress,
+) -> None:
+    """Submits one task per block in `todo` and waits for all of them: on the Ray runtime
+    this process already runs, else on one started here (and stopped after)."""
+    started = False
+    if not ray.is_initialized():
+        if address is None:
+            ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
+        started = True
+    try:
+        task = ray.remote(_score_part).options(num_cpus=cpus_per_task, max_retries=max_retries, retry_exceptions=False)
+        ref = ray.put(shared)
+        pending = [_submit(task, ref, i, cpus_per_task) for i in todo]
+        finished = n_blocks - len(todo)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            ray.get(ready)  # raises a task's error (after its retries)
+            finished += len(ready)
+            report.bar("scoring", finished, n_blocks)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _submit(task: Any, shared: Any, block: int, threads: int) -> Any:
+    """One task submitted (its object reference); one place to count submissions."""
+    return task.remote(shared, block, threads)
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError("neuroneval.distributed needs Ray: pip install 'neuroneval[ray]'") from e
+    return ray
+
+
+def _default_units(acts: Source, n_concepts: int) -> int:
+    start, stop = _blocks(acts, n_concepts, None)[0]  # evaluate's default block
+    return max(1, min(stop - start, math.ceil(acts.n_columns / DEFAULT_TASKS)))
+
+
+def _path_of(acts: Source) -> str | None:
+    """The path a task opens the activations from: dense `.npy` files and shard
+    directories; everything else travels through the object store."""
+    if acts.kind == "npy":
+        return str(acts.files[0].resolve())
+    if acts.kind == "shards":
+        return str(Path(acts.origin).resolve())
+    return None
+
+
+def _in_memory(src: Source) -> Source:
+    """`src` with its data read into memory (memory maps are not shipped as maps)."""
+    core = src.core
+    if isinstance(core, np.memmap):
+        core = np.array(core)
+    elif isinstance(core, list):
+        core = [np.array(a) if isinstance(a, np.memmap) else a for a in core]
+    # The fingerprint is kept (computed from the files) so that nothing rehashes the data.
+    return replace(src, core=core, _digest=src.fingerprint() if src.files else src._digest)
+
+
+# ---------------------------------------------------------------------------- in a worker
+
+#: Per worker process, the current run's prepared concepts and activation source, by run id.
+_CACHE: dict[str, tuple[_core.PreparedConcepts, Source]] = {}
+
+
+def _score_part(shared: _Shared, block: int, threads: int) -> tuple[int, int]:
+    """A Ray task: scores block `block` and writes its part. Returns (block, pid).
+
+    `shared` is the run's object (Ray hands it over from the object store, arrays without a
+    copy); the concepts are prepared once per worker process and run."""
+    os.environ["NEURONEVAL_NUM_THREADS"] = str(threads)
+    prepared, acts = _worker_state(shared)
+    start, stop = shared.bounds[block]
+    data = read_columns(acts, start, stop)
+    frame = score_block(data, prepared, shared.args, start, stop, acts, shared.conc, shared.top)
+    del data
+    _write_part(Path(shared.work), block, frame)
+    return block, os.getpid()
+
+
+def _worker_state(shared: _Shared) -> tuple[_core.PreparedConcepts, Source]:
+    key = shared.run
+    if key not in _CACHE:
+        prepared = _core.prepare_concepts(shared.conc.core, shared.args[0])
+        if shared.acts is not None:
+            acts = shared.acts
+        else:
+            assert shared.path is not None
+            acts = open_activations(shared.path, unit_names=shared.unit_names)
+            if acts.shape != shared.shape or str(acts.dtype) != shared.dtype:
+                raise SourceError(
+                    f"this worker reads {shared.path} as {acts.shape} {acts.dtype}; "
+                    f"the driver read {shared.shape} {shared.dtype} (is the path shared?)"
+                )
+        _CACHE.clear()  # one run at a time per worker process
+        _CACHE[key] = (prepared, acts)
+    return _CACHE[key]
