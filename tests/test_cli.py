@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 import pytest
 import scipy.sparse as sp
+from cli_helpers import assert_one_line_error, run
 from neuroneval import _evaluate, cli
 from neuroneval._score import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA
 from neuroneval.sources import write_shards
@@ -52,14 +53,6 @@ def files(tmp_path: Path) -> dict[str, Path]:
     return paths
 
 
-def run(argv: list[Any], capfd: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """`neuroneval <argv>` in-process: (exit code, stdout, stderr)."""
-    capfd.readouterr()
-    code = cli.main([str(x) for x in argv])
-    out, err = capfd.readouterr()
-    return code, out, err
-
-
 def run_process(argv: list[Any], **env: str) -> subprocess.CompletedProcess[str]:
     """`python -m neuroneval <argv>` in a subprocess."""
     return subprocess.run(
@@ -81,16 +74,6 @@ def assert_same(table: pl.DataFrame, expected: pl.DataFrame, metrics: list[str])
     assert table["concept"].to_list() == expected["concept"].to_list()
     for m in metrics:
         np.testing.assert_allclose(table[m].to_numpy(), expected[m].to_numpy(), rtol=0, atol=1e-12, equal_nan=True)
-
-
-def assert_one_line_error(code: int, err: str, expected_code: int, *fragments: str) -> None:
-    assert code == expected_code, err
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert err.endswith("\n")
-    assert lines[0].startswith("neuroneval: error: "), lines[0]
-    for fragment in fragments:
-        assert fragment.lower() in lines[0].lower(), (fragment, lines[0])
 
 
 # --- scores --------------------------------------------------------------------------------------

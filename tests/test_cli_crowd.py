@@ -17,7 +17,8 @@ import numpy as np
 import polars as pl
 import pytest
 import scipy.sparse as sp
-from neuroneval import cli, crowd
+from cli_helpers import assert_one_line_error, run
+from neuroneval import crowd
 from neuroneval.sources import write_shards
 from polars.testing import assert_frame_equal
 
@@ -58,23 +59,6 @@ def files(tmp_path: Path) -> dict[str, Path]:
     paths["units"].write_text("\n".join(UNIT_NAMES) + "\n")
     paths["explanations"].write_text("\n".join(EXPLANATIONS) + "\n")
     return paths
-
-
-def run(argv: list[Any], capfd: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """`neuroneval <argv>` in-process: (exit code, stdout, stderr)."""
-    capfd.readouterr()
-    code = cli.main([str(x) for x in argv])
-    out, err = capfd.readouterr()
-    return code, out, err
-
-
-def assert_one_line_error(code: int, err: str, expected_code: int, *fragments: str) -> None:
-    assert code == expected_code, err
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("neuroneval: error: "), lines[0]
-    for fragment in fragments:
-        assert fragment.lower() in lines[0].lower(), (fragment, lines[0])
 
 
 def simulated_ratings(plan: crowd.Plan, seed: int = 0) -> pl.DataFrame:

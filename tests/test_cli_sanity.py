@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 import pytest
 import scipy.sparse as sp
+from cli_helpers import assert_one_line_error, run
 from neuroneval import METRICS, cli, meta, sanity
 from neuroneval.sources import write_shards
 from polars.testing import assert_frame_equal
@@ -54,14 +55,6 @@ def files(tmp_path: Path) -> dict[str, Path]:
     return paths
 
 
-def run(argv: list[Any], capfd: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """`neuroneval <argv>` in-process: (exit code, stdout, stderr)."""
-    capfd.readouterr()
-    code = cli.main([str(x) for x in argv])
-    out, err = capfd.readouterr()
-    return code, out, err
-
-
 def read_written(directory: Path, expected: sanity.SanityResult) -> tuple[pl.DataFrame, pl.DataFrame]:
     """table.csv and records.csv of `directory`, read with the library's schemas."""
     table = pl.read_csv(directory / "table.csv", schema=expected.table().schema)
@@ -89,15 +82,6 @@ def verdict_line(result: sanity.SanityResult) -> str:
     if not passing:
         return f"verdict: no metric passes ({rule}); {table.height} tested"
     return f"verdict: {len(passing)} of {table.height} metrics pass ({rule}): {', '.join(passing)}"
-
-
-def assert_one_line_error(code: int, err: str, expected_code: int, *fragments: str) -> None:
-    assert code == expected_code, err
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("neuroneval: error: "), lines[0]
-    for fragment in fragments:
-        assert fragment.lower() in lines[0].lower(), (fragment, lines[0])
 
 
 # --- sanity ----------------------------------------------------------------------------------------
