@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import neuroneval  # noqa: E402
+from neuroneval import demo  # noqa: E402
 from neuroneval.errors import (  # noqa: E402
     EmptyInputError,
     ParameterError,
@@ -38,21 +38,9 @@ ULP16 = 2.0**-10
 
 
 def digits_cnn() -> nn.Sequential:
-    """The digits demo's network (neuroneval.demo._network), random weights."""
+    """The digits demo's network, random weights."""
     torch.manual_seed(0)
-    return nn.Sequential(
-        OrderedDict(
-            conv1=nn.Conv2d(1, 16, 3, padding=1),
-            relu1=nn.ReLU(),
-            conv2=nn.Conv2d(16, 32, 3, padding=1),
-            relu2=nn.ReLU(),
-            pool=nn.MaxPool2d(2),
-            flatten=nn.Flatten(),
-            fc1=nn.Linear(32 * 4 * 4, 64),
-            relu3=nn.ReLU(),
-            fc2=nn.Linear(64, 10),
-        )
-    )
+    return demo._network()
 
 
 def images(n: int = 37, seed: int = 1) -> Any:

@@ -682,7 +682,7 @@ def _sanity(args: argparse.Namespace) -> int:
     print(result.to_markdown(), flush=True)
     print(_verdict(result.table()), flush=True)
     if out is not None:
-        written = _write_sanity(result, out, chart)
+        written = result.write(out, chart=chart)
         print(f"wrote {', '.join(p.name for p in written)} to {out}", flush=True)
     return 0
 
@@ -712,11 +712,6 @@ def _verdict(table: pl.DataFrame) -> str:
     if not passing:
         return f"verdict: no metric passes ({rule}); {table.height} tested"
     return f"verdict: {len(passing)} of {table.height} metrics pass ({rule}): {', '.join(passing)}"
-
-
-def _write_sanity(result: sanity.SanityResult, out: Path, chart: bool) -> list[Path]:
-    """`result.write`: all files or none, and no directory left behind on failure."""
-    return result.write(out, chart=chart)
 
 
 # --------------------------------------------------------------------------- meta

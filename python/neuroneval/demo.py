@@ -365,6 +365,21 @@ def digits_concept_model(probe: DigitsProbe, folds: int = 5) -> npt.NDArray[np.f
     return model
 
 
+def spread_pairs(rho: npt.ArrayLike, count: int = 20, min_rho: float = 0.25) -> npt.NDArray[np.int64]:
+    """Indices of `count` values of `rho` >= `min_rho`, spread evenly over them in sorted order
+    (all of them when fewer): the crowd simulations' "realistic correlations".
+
+    Examples
+    --------
+    >>> spread_pairs([0.1, 0.9, 0.3, 0.5, 0.7], count=3).tolist()
+    [2, 3, 1]
+    """
+    values = np.asarray(rho, dtype=np.float64)
+    kept = np.flatnonzero(values >= min_rho)
+    ranked = kept[np.argsort(values[kept], kind="stable")]
+    return ranked[np.linspace(0, ranked.size - 1, min(count, ranked.size)).astype(np.int64)]
+
+
 def crowd_pairs(
     probe: DigitsProbe, count: int = 20, min_rho: float = 0.25
 ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
@@ -379,9 +394,7 @@ def crowd_pairs(
     filled = np.where(np.isnan(corr), 0.0, np.abs(corr))
     best = filled.argmax(axis=1)
     rho = filled[np.arange(hidden.shape[1]), best]
-    kept = np.flatnonzero(rho >= min_rho)
-    ranked = kept[np.argsort(rho[kept], kind="stable")]
-    pick = ranked[np.linspace(0, ranked.size - 1, min(count, ranked.size)).astype(np.int64)]
+    pick = spread_pairs(rho, count, min_rho)
     return hidden, np.stack([pick, best[pick]], axis=1).astype(np.int64)
 
 

@@ -76,9 +76,24 @@ def extract_ffn(model: Any, sentences: Sequence[str], store: Path, batch_size: i
     return np.concatenate(columns, axis=1).astype(np.float32, copy=False), names
 
 
+def probe_crowd(
+    probes: Any, concepts: Any, zero_shot: Any, budgets: Sequence[int], *, trials: int, seed: int, count: int = 20
+) -> Any:
+    """The crowd simulation on MiniLM's linear probes: `count` probe units with their own concept
+    (true correlation >= 0.25, spread evenly: `demo.spread_pairs`), raters wrong 23% of the time,
+    the zero-shot similarity as the concept model and BRAgg's prior."""
+    from . import crowd
+    from .demo import spread_pairs
+
+    own = np.stack([np.arange(np.shape(concepts)[1])] * 2, axis=1)
+    rho = neuroneval.compute(probes, concepts, ["correlation"], pairs=own)["correlation"]
+    pairs = own[spread_pairs(rho, count)]
+    return crowd.simulate(probes, concepts, zero_shot, pairs, budgets, trials=trials, prior="model", seed=seed)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the text demo; returns the process exit status (0)."""
-    from . import crowd, sanity, text
+    from . import sanity, text
     from .demo import crowd_summary
 
     parser = argparse.ArgumentParser(prog="neuroneval demo --text", description=__doc__.split("\n")[0])
@@ -149,16 +164,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     written = result.write(out / "sanity")
 
     zero_shot = text.zero_shot(model, sentences, names, sentence_embeddings=embeddings)
-    own = np.stack([np.arange(len(names))] * 2, axis=1)
-    rho = neuroneval.compute(probes, concepts, ["correlation"], pairs=own)["correlation"]
-    kept = np.flatnonzero(rho >= 0.25)
-    ranked = kept[np.argsort(rho[kept], kind="stable")]
-    pick = ranked[np.linspace(0, ranked.size - 1, min(20, ranked.size)).astype(np.int64)]
-    simulation = crowd.simulate(
-        probes, concepts, zero_shot, own[pick], CROWD_BUDGETS, trials=10, prior="model", seed=seed
-    )
+    simulation = probe_crowd(probes, concepts, zero_shot, CROWD_BUDGETS, trials=10, seed=seed)
     print(
-        f"{clock()} crowd simulation: {pick.size} probe units with their concept, raters wrong 23% of the time,"
+        f"{clock()} crowd simulation: {simulation.pairs.height} probe units with their concept, raters wrong 23% of the time,"
         " MiniLM zero-shot similarity as the concept model; ratings per pair to reach RCE <= 27.5%:"
     )
     for line in crowd_summary(simulation):

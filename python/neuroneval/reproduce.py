@@ -84,8 +84,8 @@ def text_crowd(seed: int = 0, count: int = 20, trials: int = 20) -> Any:
     """The crowd simulation on MiniLM: `count` linear-probe units with their own concept
     (true correlation >= 0.25, spread evenly), raters wrong 23% of the time, MiniLM zero-shot
     similarity ("This text is about {concept}.") as the concept model and BRAgg's prior."""
-    from . import crowd, text
-    from ._score import compute
+    from . import text
+    from .demo_text import probe_crowd
 
     sentences = text.lee_sentences()
     names, concepts = text.lexicon_concepts(sentences)
@@ -93,14 +93,7 @@ def text_crowd(seed: int = 0, count: int = 20, trials: int = 20) -> Any:
     embeddings = text.embed(model, sentences)
     probes = text.probe_units(embeddings, concepts, seed=seed)
     zero_shot = text.zero_shot(model, sentences, names, sentence_embeddings=embeddings)
-    own = np.stack([np.arange(len(names))] * 2, axis=1)
-    rho = compute(probes, concepts, ["correlation"], pairs=own)["correlation"]
-    kept = np.flatnonzero(rho >= 0.25)
-    ranked = kept[np.argsort(rho[kept], kind="stable")]
-    pick = ranked[np.linspace(0, ranked.size - 1, min(count, ranked.size)).astype(np.int64)]
-    return crowd.simulate(
-        probes, concepts, zero_shot, own[pick], TEXT_CROWD_BUDGETS, trials=trials, prior="model", seed=seed
-    )
+    return probe_crowd(probes, concepts, zero_shot, TEXT_CROWD_BUDGETS, trials=trials, seed=seed, count=count)
 
 
 def _run_crowd(args: argparse.Namespace) -> int:
