@@ -9,7 +9,7 @@ use crate::concepts::ConceptSet;
 use crate::error::{CoreError, Result};
 use crate::metric::{Metric, Needs, Params};
 use crate::pair::{ForwardSums, InverseSums, PairKernel, Precomputed, Products};
-use crate::ranks::SortScratch;
+use crate::ranks::{resize_for_overwrite, SortScratch};
 use crate::source::MatrixSource;
 use crate::sweep::{self, WalkLabels};
 use crate::unit::UnitProfile;
@@ -209,8 +209,8 @@ fn score_block(
     }
     if !pending.is_empty() {
         let cols: Vec<usize> = pending.iter().map(|&(b, _)| units[b]).collect();
-        columns.clear();
-        columns.resize(cols.len() * n, 0.0);
+        // every source writes all of `columns`
+        resize_for_overwrite(columns, cols.len() * n);
         activations.columns_into(&cols, columns);
         for (&(b, tried), a) in pending.iter().zip(columns.chunks(n)) {
             let unit = job.first_unit + units[b];

@@ -13,6 +13,7 @@ pub mod metric;
 pub mod pair;
 pub mod ranks;
 pub mod rng;
+mod simd;
 pub mod single;
 pub mod source;
 pub mod sweep;

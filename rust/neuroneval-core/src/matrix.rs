@@ -124,29 +124,7 @@ impl<'a, E: Element> MatrixView<'a, E> {
     /// `out[j * out_rows ..][..rows]` (`out_rows` >= rows leaves room for other row ranges).
     /// Walks rows in order so that a row-major source is read sequentially.
     pub fn columns_into_at(&self, cols: &[usize], out: &mut [f64], out_rows: usize) {
-        debug_assert!(cols.is_empty() || out.len() >= (cols.len() - 1) * out_rows + self.rows);
-        let consecutive = !cols.is_empty() && cols.windows(2).all(|w| w[1] == w[0] + 1);
-        if consecutive && self.col_stride == 1 {
-            // Tiles of 64 rows: the tile's row segments stay in L1 while each column's 64
-            // outputs are written contiguously.
-            let span = cols[0]..cols[cols.len() - 1] + 1;
-            for start in (0..self.rows).step_by(64) {
-                let end = (start + 64).min(self.rows);
-                for j in 0..cols.len() {
-                    let dst = &mut out[j * out_rows + start..j * out_rows + end];
-                    for (d, i) in dst.iter_mut().zip(start..end) {
-                        *d = self.data[i * self.row_stride + span.start + j].to_f64();
-                    }
-                }
-            }
-            return;
-        }
-        for i in 0..self.rows {
-            let base = i * self.row_stride;
-            for (j, &c) in cols.iter().enumerate() {
-                out[j * out_rows + i] = self.data[base + c * self.col_stride].to_f64();
-            }
-        }
+        columns_into_at(self, cols, out, out_rows)
     }
 
     /// Appends each listed column's nonzero entries (NaN included) to `index[j]` (as
@@ -158,67 +136,116 @@ impl<'a, E: Element> MatrixView<'a, E> {
         value: &mut [Vec<f64>],
         row_offset: usize,
     ) {
-        // Consecutive columns of a row-major matrix are one slice per row.
-        let consecutive = !cols.is_empty() && cols.windows(2).all(|w| w[1] == w[0] + 1);
-        let span = cols.first().map_or(0..0, |&c| c..cols[cols.len() - 1] + 1);
-        for i in 0..self.rows {
-            let row = (i + row_offset) as u32;
-            match self.row_segment(i, span.clone()).filter(|_| consecutive) {
-                Some(segment) => {
-                    // Mostly zeros: skip all-zero runs with a branch-free test.
-                    for (r, run) in segment.chunks(16).enumerate() {
-                        if run.iter().map(|v| (v.to_f64() != 0.0) as u32).sum::<u32>() == 0 {
-                            continue;
-                        }
-                        for (jj, &v) in run.iter().enumerate() {
-                            let v = v.to_f64();
-                            if v != 0.0 {
-                                index[r * 16 + jj].push(row);
-                                value[r * 16 + jj].push(v);
-                            }
-                        }
-                    }
-                }
-                None => {
-                    for (j, &c) in cols.iter().enumerate() {
-                        let v = self.get(i, c);
-                        if v != 0.0 {
-                            index[j].push(row);
-                            value[j].push(v);
-                        }
-                    }
-                }
-            }
-        }
+        nonzeros_into_at(self, cols, index, value, row_offset)
     }
 
     /// The first non-finite value of the listed columns in row-major order, as an error
     /// naming its row and column.
     pub fn check_finite(&self, what: &'static str, columns: &[usize]) -> Result<()> {
-        let consecutive = !columns.is_empty() && columns.windows(2).all(|w| w[1] == w[0] + 1);
-        if consecutive && self.col_stride == 1 {
-            let span = columns[0]..columns[columns.len() - 1] + 1;
-            let all_finite = (0..self.rows).all(|i| {
-                self.row_segment(i, span.clone())
-                    .is_some_and(|row| row.iter().all(|v| v.to_f64().is_finite()))
-            });
-            if all_finite {
-                return Ok(());
-            }
-        }
-        for i in 0..self.rows {
-            for &j in columns {
-                let v = self.get(i, j);
-                if !v.is_finite() {
-                    return Err(CoreError::NonFinite {
-                        what,
-                        row: i,
-                        column: j,
-                        value: v,
-                    });
+        check_finite(self, what, columns)
+    }
+}
+
+crate::simd::widest! {
+/// Copies the listed columns into `out` as f64 vectors: column j's rows at
+/// `out[j * out_rows ..][..rows]` (`out_rows` >= rows leaves room for other row ranges).
+/// Walks rows in order so that a row-major source is read sequentially.
+fn columns_into_at<E: Element>(view: &MatrixView<'_, E>, cols: &[usize], out: &mut [f64], out_rows: usize) {
+    debug_assert!(cols.is_empty() || out.len() >= (cols.len() - 1) * out_rows + view.rows);
+    let consecutive = !cols.is_empty() && cols.windows(2).all(|w| w[1] == w[0] + 1);
+    if consecutive && view.col_stride == 1 {
+        // Tiles of 64 rows: the tile's row segments stay in L1 while each column's 64
+        // outputs are written contiguously.
+        let span = cols[0]..cols[cols.len() - 1] + 1;
+        for start in (0..view.rows).step_by(64) {
+            let end = (start + 64).min(view.rows);
+            for j in 0..cols.len() {
+                let dst = &mut out[j * out_rows + start..j * out_rows + end];
+                for (d, i) in dst.iter_mut().zip(start..end) {
+                    *d = view.data[i * view.row_stride + span.start + j].to_f64();
                 }
             }
         }
-        Ok(())
+        return;
     }
+    for i in 0..view.rows {
+        let base = i * view.row_stride;
+        for (j, &c) in cols.iter().enumerate() {
+            out[j * out_rows + i] = view.data[base + c * view.col_stride].to_f64();
+        }
+    }
+}
+
+/// Appends each listed column's nonzero entries (NaN included) to `index[j]` (as
+/// `row + row_offset`) and `value[j]`, rows ascending.
+fn nonzeros_into_at<E: Element>(
+    view: &MatrixView<'_, E>,
+    cols: &[usize],
+    index: &mut [Vec<u32>],
+    value: &mut [Vec<f64>],
+    row_offset: usize,
+) {
+    // Consecutive columns of a row-major matrix are one slice per row.
+    let consecutive = !cols.is_empty() && cols.windows(2).all(|w| w[1] == w[0] + 1);
+    let span = cols.first().map_or(0..0, |&c| c..cols[cols.len() - 1] + 1);
+    for i in 0..view.rows {
+        let row = (i + row_offset) as u32;
+        match view.row_segment(i, span.clone()).filter(|_| consecutive) {
+            Some(segment) => {
+                // Mostly zeros: skip all-zero runs with a branch-free test.
+                for (r, run) in segment.chunks(16).enumerate() {
+                    if run.iter().map(|v| (v.to_f64() != 0.0) as u32).sum::<u32>() == 0 {
+                        continue;
+                    }
+                    for (jj, &v) in run.iter().enumerate() {
+                        let v = v.to_f64();
+                        if v != 0.0 {
+                            index[r * 16 + jj].push(row);
+                            value[r * 16 + jj].push(v);
+                        }
+                    }
+                }
+            }
+            None => {
+                for (j, &c) in cols.iter().enumerate() {
+                    let v = view.get(i, c);
+                    if v != 0.0 {
+                        index[j].push(row);
+                        value[j].push(v);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The first non-finite value of the listed columns in row-major order, as an error
+/// naming its row and column.
+fn check_finite<E: Element>(view: &MatrixView<'_, E>, what: &'static str, columns: &[usize]) -> Result<()> {
+    let consecutive = !columns.is_empty() && columns.windows(2).all(|w| w[1] == w[0] + 1);
+    if consecutive && view.col_stride == 1 {
+        let span = columns[0]..columns[columns.len() - 1] + 1;
+        let all_finite = (0..view.rows).all(|i| {
+            view.row_segment(i, span.clone())
+                .is_some_and(|row| row.iter().all(|v| v.to_f64().is_finite()))
+        });
+        if all_finite {
+            return Ok(());
+        }
+    }
+    for i in 0..view.rows {
+        for &j in columns {
+            let v = view.get(i, j);
+            if !v.is_finite() {
+                return Err(CoreError::NonFinite {
+                    what,
+                    row: i,
+                    column: j,
+                    value: v,
+                });
+            }
+        }
+    }
+    Ok(())
+}
 }

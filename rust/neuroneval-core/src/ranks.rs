@@ -36,6 +36,7 @@ pub fn robust_norm(
     })
 }
 
+crate::simd::widest! {
 /// [`robust_norm`] of a long slice, with the sums in eight lanes (vectorised).
 pub fn robust_norm_slice(values: &[f64]) -> f64 {
     let max = lanes(values, 0.0, |acc, v| acc.max(v.abs()), f64::max);
@@ -47,6 +48,7 @@ pub fn robust_norm_slice(values: &[f64]) -> f64 {
             |a, b| a + b,
         )
     })
+}
 }
 
 /// sqrt(sum of (x / scale)^2) * scale for the power-of-two scale of `max_abs`; the closure
@@ -60,9 +62,11 @@ fn scaled_norm(max_abs: f64, scaled_square_sum: impl FnOnce(f64) -> f64) -> f64 
     scaled_square_sum(1.0 / scale).sqrt() * scale
 }
 
+crate::simd::widest! {
 /// The sum of a long slice in eight lanes: a fixed order, independent of threads.
 pub fn lane_sum(values: &[f64]) -> f64 {
     lanes(values, 0.0, |acc, v| acc + v, |a, b| a + b)
+}
 }
 
 /// Folds `values` into eight interleaved accumulators, then combines them pairwise.
@@ -138,7 +142,11 @@ pub fn sort_descending_into(values: &[f64], order: &mut Vec<u32>, scratch: &mut 
         order.sort_by_key(|&i| (!order_key(values[i as usize]), i));
         return;
     }
-    if values.iter().all(|&v| (v as f32) as f64 == v) {
+    // (a fold without early exit, so that it vectorises; NaN never reaches a sort)
+    let all_f32 = values
+        .chunks(64)
+        .all(|c| c.iter().fold(true, |ok, &v| ok & ((v as f32) as f64 == v)));
+    if all_f32 {
         scratch.sorted = SortedKeys::Packed;
         // key in the high 32 bits, index in the low 32: sorting by the high bytes only
         let packed = &mut scratch.packed;
@@ -149,7 +157,7 @@ pub fn sort_descending_into(values: &[f64], order: &mut Vec<u32>, scratch: &mut 
                 .enumerate()
                 .map(|(i, &v)| ((!order_key_f32(v as f32) as u64) << 32) | i as u64),
         );
-        radix_sort_bits(packed, &mut scratch.packed_next, 32..64, |x| x);
+        radix_sort_bytes::<_, 4>(packed, &mut scratch.packed_next, 32, |x| x);
         order.extend(packed.iter().map(|&x| x as u32));
         return;
     }
@@ -162,7 +170,7 @@ pub fn sort_descending_into(values: &[f64], order: &mut Vec<u32>, scratch: &mut 
             .enumerate()
             .map(|(i, &v)| (!order_key(v), i as u32)),
     );
-    radix_sort_bits(keyed, &mut scratch.keyed_next, 0..64, |x| x.0);
+    radix_sort_bytes::<_, 8>(keyed, &mut scratch.keyed_next, 0, |x| x.0);
     order.extend(keyed.iter().map(|&(_, i)| i));
 }
 
@@ -178,43 +186,86 @@ fn order_key_f32(v: f32) -> u32 {
     }
 }
 
-/// Stable LSD radix sort of `items` by bits `bits` of `key(item)`, ascending, in digits of
-/// 11 bits (three passes cover 32 bits); digits on which every key agrees are skipped.
-fn radix_sort_bits<T: Copy + Default>(
+/// Stable LSD radix sort of `items` by the `DIGITS` bytes of `key(item)` from bit `low` up,
+/// ascending (256 buckets per pass: every bucket's write position stays in L1); digits on
+/// which every key agrees are skipped.
+///
+/// Each pass runs two independent streams so that, with few distinct digits, consecutive
+/// items do not wait on each other's counter updates: the first half of the items fills each
+/// bucket forwards from its start, the second half backwards (last item first) from its end,
+/// which keeps the sort stable. The counts come from one pass in two interleaved tables.
+fn radix_sort_bytes<T: Copy + Default, const DIGITS: usize>(
     items: &mut Vec<T>,
     next: &mut Vec<T>,
-    bits: std::ops::Range<u32>,
+    low: u32,
     key: impl Fn(T) -> u64,
 ) {
-    const DIGIT: u32 = 11;
-    const BUCKETS: usize = 1 << DIGIT;
+    const BUCKETS: usize = 256;
     let n = items.len();
-    let shifts: Vec<u32> = (bits.start..bits.end).step_by(DIGIT as usize).collect();
-    let mut counts = vec![[0u32; BUCKETS]; shifts.len()];
-    for &item in items.iter() {
-        let k = key(item);
-        for (c, &s) in counts.iter_mut().zip(&shifts) {
-            c[((k >> s) as usize) & (BUCKETS - 1)] += 1;
+    let digit = |item: T, d: usize| ((key(item) >> (low as usize + 8 * d)) & 0xff) as usize;
+    let mut counts = [[[0u32; BUCKETS]; DIGITS]; 2];
+    let [even, odd] = &mut counts;
+    let mut pairs = items.chunks_exact(2);
+    for pair in &mut pairs {
+        for (d, (e, o)) in even.iter_mut().zip(odd.iter_mut()).enumerate() {
+            e[digit(pair[0], d)] += 1;
+            o[digit(pair[1], d)] += 1;
         }
     }
-    next.clear();
-    next.resize(n, T::default());
-    for (c, &s) in counts.iter().zip(&shifts) {
-        if c.iter().any(|&x| x as usize == n) {
+    for &x in pairs.remainder() {
+        for (d, c) in even.iter_mut().enumerate() {
+            c[digit(x, d)] += 1;
+        }
+    }
+    resize_for_overwrite(next, n);
+    let half = n / 2;
+    let [even, odd] = &counts;
+    for (d, (even, odd)) in even.iter().zip(odd).enumerate() {
+        let count = |b: usize| (even[b] + odd[b]) as usize;
+        if (0..BUCKETS).any(|b| count(b) == n) {
             continue; // every key has the same digit here
         }
-        let mut offsets = [0u32; BUCKETS];
+        // start[b]: the next forward write; end[b]: one past the next backward write
+        let (mut start, mut end) = ([0usize; BUCKETS], [0usize; BUCKETS]);
         let mut total = 0;
-        for (o, &x) in offsets.iter_mut().zip(c.iter()) {
-            *o = total;
-            total += x;
+        for b in 0..BUCKETS {
+            start[b] = total;
+            total += count(b);
+            end[b] = total;
         }
-        for &item in items.iter() {
-            let b = ((key(item) >> s) as usize) & (BUCKETS - 1);
-            next[offsets[b] as usize] = item;
-            offsets[b] += 1;
+        let dst = next.as_mut_ptr();
+        let (head, tail) = items.split_at(half);
+        for (&x, &y) in head.iter().zip(tail.iter().rev()) {
+            let (bx, by) = (digit(x, d), digit(y, d));
+            // SAFETY: bucket b holds count(b) items in start[b]..end[b] (the buckets tile 0..n,
+            // the length of `next`). The forward stream writes at start[b] and the backward one
+            // at end[b] - 1, each moving inwards, and together they write exactly count(b) items,
+            // so every write is in bounds and no slot is written twice.
+            unsafe {
+                dst.add(start[bx]).write(x);
+                end[by] -= 1;
+                dst.add(end[by]).write(y);
+            }
+            start[bx] += 1;
+        }
+        if n % 2 == 1 {
+            // the middle item, left between the two streams
+            let y = tail[0];
+            let by = digit(y, d);
+            // SAFETY: as above
+            unsafe { dst.add(start[by]).write(y) };
         }
         std::mem::swap(items, next);
+    }
+}
+
+/// Gives `v` length `n` for a caller that writes every element before reading any: a vector
+/// reused at the same length keeps its stale contents instead of being cleared (the sorts
+/// and rankings of a block's units would otherwise zero megabytes each).
+pub(crate) fn resize_for_overwrite<T: Copy + Default>(v: &mut Vec<T>, n: usize) {
+    if v.len() != n {
+        v.clear();
+        v.resize(n, T::default());
     }
 }
 
@@ -270,38 +321,47 @@ pub fn rank_into_with(
 }
 
 /// Midranks, group sizes and group ends of the ranking whose order is `r.order` and whose
-/// key at position q is `key(q)`.
+/// key at position q is `key(q)`: the group ends by one backward pass over the keys, then each
+/// position's midrank from its group's start and end (one forward pass), written to its input.
 #[inline(always)]
 fn assign_ranks(r: &mut Ranking, with_at_least: bool, key: impl Fn(usize) -> u64) {
     let n = r.order.len();
-    let (order, midrank, at_least) = (&r.order, &mut r.midrank, &mut r.at_least);
-    midrank.clear();
-    midrank.resize(n, 0.0);
+    let (order, midrank, at_least, group_end) =
+        (&r.order, &mut r.midrank, &mut r.at_least, &mut r.group_end);
+    resize_for_overwrite(group_end, n);
+    if n == 0 {
+        midrank.clear();
+        at_least.clear();
+        return;
+    }
+    // group_end[q]: one past the last position whose key equals key(q)
+    group_end[n - 1] = n as u32;
+    let mut next_key = key(n - 1);
+    for q in (0..n - 1).rev() {
+        let k = key(q);
+        group_end[q] = if k == next_key {
+            group_end[q + 1]
+        } else {
+            q as u32 + 1
+        };
+        next_key = k;
+    }
+    resize_for_overwrite(midrank, n);
     at_least.clear();
     if with_at_least {
         at_least.resize(n, 0);
     }
-    r.group_end.clear();
-    let mut start = 0;
-    while start < n {
-        let k = key(start);
-        let mut end = start + 1;
-        while end < n && key(end) == k {
-            end += 1;
+    // descending positions start+1..=end average (start + 1 + end) / 2
+    let top = (n + 1) as f64;
+    let mut start = 0u32;
+    for (q, (&i, &end)) in order.iter().zip(group_end.iter()).enumerate() {
+        if q > 0 && group_end[q - 1] as usize == q {
+            start = q as u32;
         }
-        // descending positions start+1..=end average (start + 1 + end) / 2
-        let mid = (n + 1) as f64 - (start + 1 + end) as f64 / 2.0;
-        for &i in &order[start..end] {
-            midrank[i as usize] = mid;
-        }
+        midrank[i as usize] = top - (start + 1 + end) as f64 / 2.0;
         if with_at_least {
-            for &i in &order[start..end] {
-                at_least[i as usize] = end as u32;
-            }
+            at_least[i as usize] = end;
         }
-        r.group_end
-            .extend(std::iter::repeat_n(end as u32, end - start));
-        start = end;
     }
 }
 
@@ -439,6 +499,12 @@ mod tests {
             .collect();
         assert!(as_f32.iter().all(|&v| (v as f32) as f64 == v));
         check(&as_f32);
+        // both parities of n (the two streams of each radix pass meet in the middle), from
+        // the smallest radix-sorted length up
+        for n in [64, 65, 66, 127, 1001] {
+            check(&as_f32[..n]);
+            check(&values[..n]);
+        }
         // not float32: the 64-bit path
         values.push(f64::MAX);
         values.push(f64::MIN);

@@ -9,7 +9,8 @@ use crate::matrix::{Element, MatrixView};
 pub trait MatrixSource: Sync {
     fn rows(&self) -> usize;
     fn cols(&self) -> usize;
-    /// Copies the listed columns into `out` as contiguous f64 vectors (`rows()` each).
+    /// Copies the listed columns into `out` as contiguous f64 vectors (`rows()` each),
+    /// writing every element of `out` (callers pass stale buffers).
     fn columns_into(&self, cols: &[usize], out: &mut [f64]);
     /// Appends each listed column's nonzero entries (NaN included), rows ascending, to
     /// `index[j]` and `value[j]`.

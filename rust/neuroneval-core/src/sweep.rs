@@ -369,6 +369,7 @@ pub fn label_sums(
         .collect()
 }
 
+crate::simd::widest! {
 /// acc[c * nu + u] += tile[i][u] for each positive label (c, value >= 0.5) of each input i.
 fn add_labelled(
     acc: &mut [f64],
@@ -402,7 +403,6 @@ fn fill_tile<'a>(tile: &mut [f64], columns: impl ExactSizeIterator<Item = &'a [f
 }
 
 /// acc[c * nu + u] += tile[i][u] * x for each entry (c, x) of each input i of `inputs`.
-#[inline(always)]
 fn scatter(
     acc: &mut [f64],
     nu: usize,
@@ -421,6 +421,7 @@ fn scatter(
             }
         }
     }
+}
 }
 
 /// [`forward`] when b is every input: the same sums, from each concept's own entries.
