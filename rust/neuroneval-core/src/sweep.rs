@@ -9,6 +9,7 @@ use crate::concepts::{ConceptSet, LabelIndex, RowIndex};
 use crate::metric::Needs;
 use crate::pair::{ForwardAccumulator, ForwardSums, InverseSums, Products};
 use crate::ranks::{finish_ap, group_weight};
+use crate::simd::prefetch;
 use crate::unit::{SparseEntries, UnitProfile};
 
 /// Forward sums over the unit's top set, for every concept.
@@ -115,19 +116,6 @@ const REORDER_ABOVE_BYTES: usize = 1 << 20;
 
 /// How many inputs ahead the in-place AP walk prefetches label lists.
 const PREFETCH_DISTANCE: usize = 16;
-
-/// A hint to load the cache line at `p`; never faults, whatever the address.
-#[inline(always)]
-fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: _mm_prefetch only hints the cache; it does not dereference for the program
-    // and cannot fault, even for an invalid address. SSE is part of the x86_64 baseline.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
 
 /// The label lists of a unit's inputs laid out in its descending order, reused from unit
 /// to unit. One pass in input order scatters them, so the AP walk then reads memory
