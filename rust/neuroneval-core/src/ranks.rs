@@ -188,12 +188,9 @@ fn order_key_f32(v: f32) -> u32 {
 
 /// Stable LSD radix sort of `items` by the `DIGITS` bytes of `key(item)` from bit `low` up,
 /// ascending (256 buckets per pass: every bucket's write position stays in L1); digits on
-/// which every key agrees are skipped.
-///
-/// Each pass runs two independent streams so that, with few distinct digits, consecutive
-/// items do not wait on each other's counter updates: the first half of the items fills each
-/// bucket forwards from its start, the second half backwards (last item first) from its end,
-/// which keeps the sort stable. The counts come from one pass in two interleaved tables.
+/// which every key agrees are skipped. The counts come from one pass into two tables that
+/// take alternate items: with few distinct digits (ties, low-precision values), consecutive
+/// items of one table would wait on each other's counter updates.
 fn radix_sort_bytes<T: Copy + Default, const DIGITS: usize>(
     items: &mut Vec<T>,
     next: &mut Vec<T>,
@@ -212,48 +209,32 @@ fn radix_sort_bytes<T: Copy + Default, const DIGITS: usize>(
             o[digit(pair[1], d)] += 1;
         }
     }
-    for &x in pairs.remainder() {
+    for &item in pairs.remainder() {
         for (d, c) in even.iter_mut().enumerate() {
-            c[digit(x, d)] += 1;
+            c[digit(item, d)] += 1;
         }
     }
     resize_for_overwrite(next, n);
-    let half = n / 2;
     let [even, odd] = &counts;
     for (d, (even, odd)) in even.iter().zip(odd).enumerate() {
         let count = |b: usize| (even[b] + odd[b]) as usize;
         if (0..BUCKETS).any(|b| count(b) == n) {
             continue; // every key has the same digit here
         }
-        // start[b]: the next forward write; end[b]: one past the next backward write
-        let (mut start, mut end) = ([0usize; BUCKETS], [0usize; BUCKETS]);
+        let mut start = [0usize; BUCKETS];
         let mut total = 0;
-        for b in 0..BUCKETS {
-            start[b] = total;
+        for (b, s) in start.iter_mut().enumerate() {
+            *s = total;
             total += count(b);
-            end[b] = total;
         }
         let dst = next.as_mut_ptr();
-        let (head, tail) = items.split_at(half);
-        for (&x, &y) in head.iter().zip(tail.iter().rev()) {
-            let (bx, by) = (digit(x, d), digit(y, d));
-            // SAFETY: bucket b holds count(b) items in start[b]..end[b] (the buckets tile 0..n,
-            // the length of `next`). The forward stream writes at start[b] and the backward one
-            // at end[b] - 1, each moving inwards, and together they write exactly count(b) items,
-            // so every write is in bounds and no slot is written twice.
-            unsafe {
-                dst.add(start[bx]).write(x);
-                end[by] -= 1;
-                dst.add(end[by]).write(y);
-            }
-            start[bx] += 1;
-        }
-        if n % 2 == 1 {
-            // the middle item, left between the two streams
-            let y = tail[0];
-            let by = digit(y, d);
-            // SAFETY: as above
-            unsafe { dst.add(start[by]).write(y) };
+        for &item in items.iter() {
+            let b = digit(item, d);
+            // SAFETY: bucket b's items go to start[b].. in turn, count(b) of them, and the buckets'
+            // ranges tile 0..n, the length of `next`: every write is in bounds and none
+            // lands twice.
+            unsafe { dst.add(start[b]).write(item) };
+            start[b] += 1;
         }
         std::mem::swap(items, next);
     }
