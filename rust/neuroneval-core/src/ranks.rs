@@ -98,10 +98,10 @@ fn lanes(
 
 /// Indices sorted by value descending, ties by index ascending (so the order is unique).
 ///
-/// An LSD radix sort on 11-bit digits of an order key: stable, so ties keep index order.
+/// An LSD radix sort of an order key ([`radix_sort`]): stable, so ties keep index order.
 /// Values that are all exact float32 (activations usually are) sort by a 32-bit key packed
-/// with the index into one u64, halving the data moved; digits on which every key agrees
-/// are skipped.
+/// with the index into one u64, halving the data moved; only the key bits that vary are
+/// sorted, so float16 values take two passes and float32 values four.
 pub fn sort_descending(values: &[f64]) -> Vec<u32> {
     let mut order = Vec::new();
     sort_descending_into(values, &mut order, &mut SortScratch::default());
@@ -151,55 +151,115 @@ pub fn sort_descending_into(values: &[f64], order: &mut Vec<u32>, scratch: &mut 
         // key in the high 32 bits, index in the low 32: sorting by the high bytes only
         let packed = &mut scratch.packed;
         packed.clear();
-        packed.extend(
-            values
-                .iter()
-                .enumerate()
-                .map(|(i, &v)| ((!order_key_f32(v as f32) as u64) << 32) | i as u64),
-        );
-        radix_sort_bytes::<_, 4>(packed, &mut scratch.packed_next, 32, |x| x);
+        // (the bits in which keys differ from the first, gathered while packing)
+        let first = descending_key_f32(values[0] as f32);
+        let mut varying = 0;
+        packed.extend(values.iter().enumerate().map(|(i, &v)| {
+            let key = descending_key_f32(v as f32);
+            varying |= key ^ first;
+            ((key as u64) << 32) | i as u64
+        }));
+        let set_key = |x: u64, k: u64| (k << 32) | (x & 0xffff_ffff);
+        if let Some(span) = drop_common_low_bits(packed, varying as u64, |x| x >> 32, set_key) {
+            radix_sort(packed, &mut scratch.packed_next, |x| x >> 32, span);
+        }
         order.extend(packed.iter().map(|&x| x as u32));
         return;
     }
     scratch.sorted = SortedKeys::Keyed;
     let keyed = &mut scratch.keyed;
     keyed.clear();
-    keyed.extend(
-        values
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| (!order_key(v), i as u32)),
-    );
-    radix_sort_bytes::<_, 8>(keyed, &mut scratch.keyed_next, 0, |x| x.0);
+    let first = !order_key(values[0]);
+    let mut varying = 0;
+    keyed.extend(values.iter().enumerate().map(|(i, &v)| {
+        let key = !order_key(v);
+        varying |= key ^ first;
+        (key, i as u32)
+    }));
+    if let Some(span) = drop_common_low_bits(keyed, varying, |x| x.0, |x, k| (k, x.1)) {
+        radix_sort(keyed, &mut scratch.keyed_next, |x| x.0, span);
+    }
     order.extend(keyed.iter().map(|&(_, i)| i));
 }
 
-/// The f32 analogue of [`order_key`].
+/// A key that decreases as the float32 `v` increases (NaN aside), equal for 0 and -0:
+/// 2^31 minus the value in sign-magnitude form. Unlike a bitwise complement it keeps the
+/// magnitude's trailing zero bits, which float16 or bfloat16 values widened to float32 all
+/// share, so the radix sort can skip them whatever the signs.
 #[inline(always)]
-fn order_key_f32(v: f32) -> u32 {
-    let v = if v == 0.0 { 0.0 } else { v };
+fn descending_key_f32(v: f32) -> u32 {
     let bits = v.to_bits();
+    let magnitude = bits & 0x7fff_ffff; // at most 0x7f80_0000 (infinity): no overflow below
     if bits >> 31 == 1 {
-        !bits
+        (1 << 31) + magnitude
     } else {
-        bits | (1 << 31)
+        (1 << 31) - magnitude
     }
 }
 
-/// Stable LSD radix sort of `items` by the `DIGITS` bytes of `key(item)` from bit `low` up,
-/// ascending (256 buckets per pass: every bucket's write position stays in L1); digits on
-/// which every key agrees are skipped. The counts come from one pass into two tables that
-/// take alternate items: with few distinct digits (ties, low-precision values), consecutive
-/// items of one table would wait on each other's counter updates.
-fn radix_sort_bytes<T: Copy + Default, const DIGITS: usize>(
+/// Shifts out the low bits on which all keys agree (`varying`: the bits in which some key
+/// differs from another; `set_key` writes a key back), so that a radix sort's digits start at
+/// bit 0 and its shifts are constants; equal keys stay equal and the order is kept. Returns
+/// the number of bits left up to the highest one that varies, or None when all keys are
+/// equal.
+fn drop_common_low_bits<T: Copy>(
+    items: &mut [T],
+    varying: u64,
+    key: impl Fn(T) -> u64,
+    set_key: impl Fn(T, u64) -> T,
+) -> Option<u32> {
+    if varying == 0 {
+        return None;
+    }
+    let low = varying.trailing_zeros();
+    if low > 0 {
+        for x in items.iter_mut() {
+            *x = set_key(*x, key(*x) >> low);
+        }
+    }
+    Some(64 - varying.leading_zeros() - low)
+}
+
+/// Stable LSD radix sort of `items` by `key(item)`, ascending, where the keys differ only in
+/// their `span` lowest bits. Those take 8-bit digits (256 buckets: every bucket's write
+/// position stays in L1), or, when at most 22 bits vary (float16 or bfloat16 values, small
+/// integers), 11-bit digits: two passes instead of three. A digit on which every key agrees
+/// is skipped. The counts come from one pass into two tables that take alternate items:
+/// with few distinct digits (ties), consecutive items of one table would wait on each
+/// other's counter updates.
+fn radix_sort<T: Copy + Default>(
     items: &mut Vec<T>,
     next: &mut Vec<T>,
-    low: u32,
     key: impl Fn(T) -> u64,
+    span: u32,
 ) {
-    const BUCKETS: usize = 256;
+    // Widths, bucket counts and digit counts are constants of each instance: constant
+    // shifts, known bounds, unrolled digit loops, and 8-bit tables that stay in L1.
+    match span {
+        0..=11 => radix_passes::<T, 11, 2048, 1>(items, next, &key),
+        12..=22 => radix_passes::<T, 11, 2048, 2>(items, next, &key),
+        23..=24 => radix_passes::<T, 8, 256, 3>(items, next, &key),
+        25..=32 => radix_passes::<T, 8, 256, 4>(items, next, &key),
+        _ => radix_passes::<T, 8, 256, 8>(items, next, &key),
+    }
+}
+
+/// The passes of [`radix_sort`]: `DIGITS` digits of `WIDTH` bits (`BUCKETS` = 2^WIDTH) from
+/// bit 0 up (WIDTH * (DIGITS - 1) < 64).
+fn radix_passes<
+    T: Copy + Default,
+    const WIDTH: usize,
+    const BUCKETS: usize,
+    const DIGITS: usize,
+>(
+    items: &mut Vec<T>,
+    next: &mut Vec<T>,
+    key: &impl Fn(T) -> u64,
+) {
+    debug_assert_eq!(BUCKETS, 1 << WIDTH);
     let n = items.len();
-    let digit = |item: T, d: usize| ((key(item) >> (low as usize + 8 * d)) & 0xff) as usize;
+    let digit = |item: T, d: usize| ((key(item) >> (WIDTH * d)) as usize) & (BUCKETS - 1);
+    // counts[table][d][b]
     let mut counts = [[[0u32; BUCKETS]; DIGITS]; 2];
     let [even, odd] = &mut counts;
     let mut pairs = items.chunks_exact(2);
@@ -215,13 +275,13 @@ fn radix_sort_bytes<T: Copy + Default, const DIGITS: usize>(
         }
     }
     resize_for_overwrite(next, n);
+    let mut start = [0usize; BUCKETS];
     let [even, odd] = &counts;
     for (d, (even, odd)) in even.iter().zip(odd).enumerate() {
         let count = |b: usize| (even[b] + odd[b]) as usize;
         if (0..BUCKETS).any(|b| count(b) == n) {
             continue; // every key has the same digit here
         }
-        let mut start = [0usize; BUCKETS];
         let mut total = 0;
         for (b, s) in start.iter_mut().enumerate() {
             *s = total;
@@ -230,9 +290,9 @@ fn radix_sort_bytes<T: Copy + Default, const DIGITS: usize>(
         let dst = next.as_mut_ptr();
         for &item in items.iter() {
             let b = digit(item, d);
-            // SAFETY: bucket b's items go to start[b].. in turn, count(b) of them, and the buckets'
-            // ranges tile 0..n, the length of `next`: every write is in bounds and none
-            // lands twice.
+            // SAFETY: bucket b's items go to start[b].. in turn, count(b) of them, and the
+            // buckets' ranges tile 0..n, the length of `next`: every write is in bounds and
+            // none lands twice.
             unsafe { dst.add(start[b]).write(item) };
             start[b] += 1;
         }
@@ -485,6 +545,17 @@ mod tests {
         for n in [64, 65, 66, 127, 1001] {
             check(&as_f32[..n]);
             check(&values[..n]);
+        }
+        // float16 values of both signs (13 low mantissa bits zero in every key: the 11-bit
+        // digits), and bfloat16 ones (16 zero bits), with zeros of both signs among them
+        for keep_bits in [10, 7] {
+            let low = (1u32 << (23 - keep_bits)) - 1;
+            let rounded: Vec<f64> = as_f32
+                .iter()
+                .map(|&v| f32::from_bits((v as f32).to_bits() & !low) as f64)
+                .collect();
+            check(&rounded);
+            check(&rounded[..65]);
         }
         // not float32: the 64-bit path
         values.push(f64::MAX);
