@@ -1,14 +1,29 @@
 //! Sorting, midranks and the two rank statistics (ROC AUC, average precision) on single vectors.
 
-/// A u64 whose unsigned order is the numeric order of a finite f64 (with -0.0 == 0.0).
+/// A key that decreases as the finite f64 `v` increases, equal for 0 and -0: 2^63 minus
+/// the value in sign-magnitude form. Unlike a bitwise complement it keeps the magnitude's
+/// trailing zero bits, which values of lower precision all share (float32, float16 or
+/// bfloat16 values widened), so a radix sort can skip them whatever the signs.
 #[inline(always)]
-fn order_key(v: f64) -> u64 {
-    let v = if v == 0.0 { 0.0 } else { v };
+fn descending_key(v: f64) -> u64 {
     let bits = v.to_bits();
+    let magnitude = bits & !(1 << 63); // at most that of infinity: no overflow below
     if bits >> 63 == 1 {
-        !bits
+        (1 << 63) + magnitude
     } else {
-        bits | (1 << 63)
+        (1 << 63) - magnitude
+    }
+}
+
+/// [`descending_key`] for a float32.
+#[inline(always)]
+fn descending_key_f32(v: f32) -> u32 {
+    let bits = v.to_bits();
+    let magnitude = bits & !(1 << 31);
+    if bits >> 31 == 1 {
+        (1 << 31) + magnitude
+    } else {
+        (1 << 31) - magnitude
     }
 }
 
@@ -139,7 +154,7 @@ pub fn sort_descending_into(values: &[f64], order: &mut Vec<u32>, scratch: &mut 
     scratch.sorted = SortedKeys::None;
     if n < 64 {
         order.extend(0..n as u32);
-        order.sort_by_key(|&i| (!order_key(values[i as usize]), i));
+        order.sort_by_key(|&i| (descending_key(values[i as usize]), i));
         return;
     }
     // (a fold without early exit, so that it vectorises; NaN never reaches a sort)
@@ -147,53 +162,51 @@ pub fn sort_descending_into(values: &[f64], order: &mut Vec<u32>, scratch: &mut 
         .chunks(64)
         .all(|c| c.iter().fold(true, |ok, &v| ok & ((v as f32) as f64 == v)));
     if all_f32 {
+        // key in the high 32 bits, index in the low 32: half the data moved
         scratch.sorted = SortedKeys::Packed;
-        // key in the high 32 bits, index in the low 32: sorting by the high bytes only
-        let packed = &mut scratch.packed;
-        packed.clear();
-        // (the bits in which keys differ from the first, gathered while packing)
-        let first = descending_key_f32(values[0] as f32);
-        let mut varying = 0;
-        packed.extend(values.iter().enumerate().map(|(i, &v)| {
-            let key = descending_key_f32(v as f32);
-            varying |= key ^ first;
-            ((key as u64) << 32) | i as u64
-        }));
-        let set_key = |x: u64, k: u64| (k << 32) | (x & 0xffff_ffff);
-        if let Some(span) = drop_common_low_bits(packed, varying as u64, |x| x >> 32, set_key) {
-            radix_sort(packed, &mut scratch.packed_next, |x| x >> 32, span);
-        }
-        order.extend(packed.iter().map(|&x| x as u32));
-        return;
+        sort_items(
+            values,
+            &mut scratch.packed,
+            &mut scratch.packed_next,
+            |i, v| ((descending_key_f32(v as f32) as u64) << 32) | i as u64,
+            |x| x >> 32,
+            |x, k| (k << 32) | (x & 0xffff_ffff),
+        );
+        order.extend(scratch.packed.iter().map(|&x| x as u32));
+    } else {
+        scratch.sorted = SortedKeys::Keyed;
+        sort_items(
+            values,
+            &mut scratch.keyed,
+            &mut scratch.keyed_next,
+            |i, v| (descending_key(v), i as u32),
+            |x| x.0,
+            |x, k| (k, x.1),
+        );
+        order.extend(scratch.keyed.iter().map(|&(_, i)| i));
     }
-    scratch.sorted = SortedKeys::Keyed;
-    let keyed = &mut scratch.keyed;
-    keyed.clear();
-    let first = !order_key(values[0]);
-    let mut varying = 0;
-    keyed.extend(values.iter().enumerate().map(|(i, &v)| {
-        let key = !order_key(v);
-        varying |= key ^ first;
-        (key, i as u32)
-    }));
-    if let Some(span) = drop_common_low_bits(keyed, varying, |x| x.0, |x, k| (k, x.1)) {
-        radix_sort(keyed, &mut scratch.keyed_next, |x| x.0, span);
-    }
-    order.extend(keyed.iter().map(|&(_, i)| i));
 }
 
-/// A key that decreases as the float32 `v` increases (NaN aside), equal for 0 and -0:
-/// 2^31 minus the value in sign-magnitude form. Unlike a bitwise complement it keeps the
-/// magnitude's trailing zero bits, which float16 or bfloat16 values widened to float32 all
-/// share, so the radix sort can skip them whatever the signs.
-#[inline(always)]
-fn descending_key_f32(v: f32) -> u32 {
-    let bits = v.to_bits();
-    let magnitude = bits & 0x7fff_ffff; // at most 0x7f80_0000 (infinity): no overflow below
-    if bits >> 31 == 1 {
-        (1 << 31) + magnitude
-    } else {
-        (1 << 31) - magnitude
+/// Fills `items` with one `item(index, value)` per value and sorts them by `key` (see
+/// [`radix_sort`]), noting while filling the key bits that vary.
+fn sort_items<T: Copy + Default>(
+    values: &[f64],
+    items: &mut Vec<T>,
+    next: &mut Vec<T>,
+    item: impl Fn(usize, f64) -> T,
+    key: impl Fn(T) -> u64,
+    set_key: impl Fn(T, u64) -> T,
+) {
+    items.clear();
+    let first = key(item(0, values[0]));
+    let mut varying = 0;
+    items.extend(values.iter().enumerate().map(|(i, &v)| {
+        let x = item(i, v);
+        varying |= key(x) ^ first;
+        x
+    }));
+    if let Some(span) = drop_common_low_bits(items, varying, &key, set_key) {
+        radix_sort(items, next, key, span);
     }
 }
 
@@ -356,7 +369,9 @@ pub fn rank_into_with(
         }
         SortedKeys::None => {
             let order = r.order.clone();
-            assign_ranks(r, with_at_least, |q| order_key(values[order[q] as usize]));
+            assign_ranks(r, with_at_least, |q| {
+                descending_key(values[order[q] as usize])
+            });
         }
     }
 }
@@ -540,8 +555,8 @@ mod tests {
             .collect();
         assert!(as_f32.iter().all(|&v| (v as f32) as f64 == v));
         check(&as_f32);
-        // both parities of n (the two streams of each radix pass meet in the middle), from
-        // the smallest radix-sorted length up
+        // both parities of n (the counts alternate between two tables), from the smallest
+        // radix-sorted length up
         for n in [64, 65, 66, 127, 1001] {
             check(&as_f32[..n]);
             check(&values[..n]);
