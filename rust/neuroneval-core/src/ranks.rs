@@ -157,29 +157,37 @@ pub fn sort_descending_into(values: &[f64], order: &mut Vec<u32>, scratch: &mut 
         order.sort_by_key(|&i| (descending_key(values[i as usize]), i));
         return;
     }
-    // (a fold without early exit, so that it vectorises; NaN never reaches a sort)
-    let all_f32 = values
-        .chunks(64)
-        .all(|c| c.iter().fold(true, |ok, &v| ok & ((v as f32) as f64 == v)));
-    if all_f32 {
-        // key in the high 32 bits, index in the low 32: half the data moved
+    // Key in the high 32 bits, index in the low 32: half the data moved. Whether every value
+    // is an exact float32 is checked while packing (folds without early exit, so that the
+    // loop vectorises; NaN never reaches a sort): one read of the values in the usual case.
+    let packed = &mut scratch.packed;
+    resize_for_overwrite(packed, n);
+    let (varying, exact) = pack_f32_keys(values, packed);
+    if exact {
         scratch.sorted = SortedKeys::Packed;
         sort_items(
-            values,
-            &mut scratch.packed,
+            packed,
             &mut scratch.packed_next,
-            |i, v| ((descending_key_f32(v as f32) as u64) << 32) | i as u64,
+            varying as u64,
             |x| x >> 32,
             |x, k| (k << 32) | (x & 0xffff_ffff),
         );
         order.extend(scratch.packed.iter().map(|&x| x as u32));
     } else {
         scratch.sorted = SortedKeys::Keyed;
+        let keyed = &mut scratch.keyed;
+        keyed.clear();
+        let first = descending_key(values[0]);
+        let mut varying = 0;
+        keyed.extend(values.iter().enumerate().map(|(i, &v)| {
+            let k = descending_key(v);
+            varying |= k ^ first;
+            (k, i as u32)
+        }));
         sort_items(
-            values,
-            &mut scratch.keyed,
+            keyed,
             &mut scratch.keyed_next,
-            |i, v| (descending_key(v), i as u32),
+            varying,
             |x| x.0,
             |x, k| (k, x.1),
         );
@@ -187,24 +195,48 @@ pub fn sort_descending_into(values: &[f64], order: &mut Vec<u32>, scratch: &mut 
     }
 }
 
-/// Fills `items` with one `item(index, value)` per value and sorts them by `key` (see
-/// [`radix_sort`]), noting while filling the key bits that vary.
+crate::simd::widest! {
+/// Writes each value's float32 [`descending_key_f32`] in the high half of `packed` (as long as
+/// `values`) and its index in the low half; returns the key bits in which some key differs
+/// from the first, and whether every value is an exact float32. The folds run in eight lanes
+/// without early exit, so the loop vectorises.
+fn pack_f32_keys(values: &[f64], packed: &mut [u64]) -> (u32, bool) {
+    let first = descending_key_f32(values[0] as f32);
+    let (mut varying, mut exact) = ([0u32; 8], [true; 8]);
+    let mut chunks = values.chunks_exact(8).zip(packed.chunks_exact_mut(8));
+    let mut index = 0u64;
+    for (v, out) in &mut chunks {
+        for j in 0..8 {
+            let k = descending_key_f32(v[j] as f32);
+            varying[j] |= k ^ first;
+            exact[j] &= (v[j] as f32) as f64 == v[j];
+            out[j] = ((k as u64) << 32) | (index + j as u64);
+        }
+        index += 8;
+    }
+    let tail = values.len() - values.len() % 8;
+    for (j, (&v, out)) in values[tail..].iter().zip(&mut packed[tail..]).enumerate() {
+        let k = descending_key_f32(v as f32);
+        varying[j] |= k ^ first;
+        exact[j] &= (v as f32) as f64 == v;
+        *out = ((k as u64) << 32) | (tail + j) as u64;
+    }
+    (
+        varying.iter().fold(0, |a, &b| a | b),
+        exact.iter().all(|&e| e),
+    )
+}
+}
+
+/// Sorts `items` by `key` (see [`radix_sort`]), where `varying` has the key bits in which
+/// some item differs from another (noted while filling them).
 fn sort_items<T: Copy + Default>(
-    values: &[f64],
     items: &mut Vec<T>,
     next: &mut Vec<T>,
-    item: impl Fn(usize, f64) -> T,
+    varying: u64,
     key: impl Fn(T) -> u64,
     set_key: impl Fn(T, u64) -> T,
 ) {
-    items.clear();
-    let first = key(item(0, values[0]));
-    let mut varying = 0;
-    items.extend(values.iter().enumerate().map(|(i, &v)| {
-        let x = item(i, v);
-        varying |= key(x) ^ first;
-        x
-    }));
     if let Some(span) = drop_common_low_bits(items, varying, &key, set_key) {
         radix_sort(items, next, key, span);
     }
@@ -333,6 +365,18 @@ pub struct Ranking {
     pub at_least: Vec<u32>,
     /// `at_least` of each position of `order` (read in order by walks down the ranking).
     pub group_end: Vec<u32>,
+    /// The sum over tie groups of t^3 - t (t the group's size): 0 without ties; with the
+    /// length, it gives the midranks' spread in closed form ([`centred_rank_norm`]).
+    pub tie_sum: u128,
+}
+
+/// sqrt(sum over i of (midrank_i - (n + 1) / 2)^2) for n values whose tie groups give
+/// `tie_sum` (sum of t^3 - t): the sum is (n^3 - n - tie_sum) / 12, an integer count over 12,
+/// so the norm takes three roundings whatever n.
+pub fn centred_rank_norm(n: usize, tie_sum: u128) -> f64 {
+    let n = n as u128;
+    let twelve_times_squares = n * n * n - n - tie_sum;
+    (twelve_times_squares as f64 / 12.0).sqrt()
 }
 
 /// One sort, then one walk over the tie groups.
@@ -344,16 +388,19 @@ pub fn rank(values: &[f64]) -> Ranking {
 
 /// [`rank`] into `r`, reusing its vectors and the sort's buffers.
 pub fn rank_into(values: &[f64], r: &mut Ranking, scratch: &mut SortScratch) {
-    rank_into_with(values, r, scratch, true);
+    rank_into_with(values, r, scratch, true, 0.0);
 }
 
 /// [`rank_into`], leaving `r.at_least` empty unless `with_at_least` (callers that walk the
-/// order read `group_end` instead and save a scattered write per value).
+/// order read `group_end` instead and save a scattered write per value), and with
+/// `midrank_offset` subtracted from every midrank as it is written ((N + 1) / 2 centres
+/// them; the midranks and that offset are half-integers, so the difference is exact).
 pub fn rank_into_with(
     values: &[f64],
     r: &mut Ranking,
     scratch: &mut SortScratch,
     with_at_least: bool,
+    midrank_offset: f64,
 ) {
     sort_descending_into(values, &mut r.order, scratch);
     // Tie groups from the sorted keys, read in order (equal keys: equal values), rather
@@ -361,30 +408,37 @@ pub fn rank_into_with(
     match scratch.sorted {
         SortedKeys::Packed => {
             let packed = &scratch.packed;
-            assign_ranks(r, with_at_least, |q| packed[q] >> 32);
+            assign_ranks(r, with_at_least, midrank_offset, |q| packed[q] >> 32);
         }
         SortedKeys::Keyed => {
             let keyed = &scratch.keyed;
-            assign_ranks(r, with_at_least, |q| keyed[q].0);
+            assign_ranks(r, with_at_least, midrank_offset, |q| keyed[q].0);
         }
         SortedKeys::None => {
             let order = r.order.clone();
-            assign_ranks(r, with_at_least, |q| {
+            assign_ranks(r, with_at_least, midrank_offset, |q| {
                 descending_key(values[order[q] as usize])
             });
         }
     }
 }
 
-/// Midranks, group sizes and group ends of the ranking whose order is `r.order` and whose
-/// key at position q is `key(q)`: the group ends by one backward pass over the keys, then each
-/// position's midrank from its group's start and end (one forward pass), written to its input.
+/// Midranks (less `midrank_offset`), group sizes, group ends and the tie sum of the ranking
+/// whose order is `r.order` and whose key at position q is `key(q)`: the group ends by one
+/// backward pass over the keys, then each position's midrank from its group's start and end
+/// (one forward pass), written to its input.
 #[inline(always)]
-fn assign_ranks(r: &mut Ranking, with_at_least: bool, key: impl Fn(usize) -> u64) {
+fn assign_ranks(
+    r: &mut Ranking,
+    with_at_least: bool,
+    midrank_offset: f64,
+    key: impl Fn(usize) -> u64,
+) {
     let n = r.order.len();
     let (order, midrank, at_least, group_end) =
         (&r.order, &mut r.midrank, &mut r.at_least, &mut r.group_end);
     resize_for_overwrite(group_end, n);
+    r.tie_sum = 0;
     if n == 0 {
         midrank.clear();
         at_least.clear();
@@ -408,17 +462,22 @@ fn assign_ranks(r: &mut Ranking, with_at_least: bool, key: impl Fn(usize) -> u64
         at_least.resize(n, 0);
     }
     // descending positions start+1..=end average (start + 1 + end) / 2
-    let top = (n + 1) as f64;
+    let top = (n + 1) as f64 - midrank_offset;
     let mut start = 0u32;
+    // each of a group's t positions adds t^2 - 1: t^3 - t per group
+    let mut tie_sum = 0u128;
     for (q, (&i, &end)) in order.iter().zip(group_end.iter()).enumerate() {
         if q > 0 && group_end[q - 1] as usize == q {
             start = q as u32;
         }
         midrank[i as usize] = top - (start + 1 + end) as f64 / 2.0;
+        let t = (end - start) as u64;
+        tie_sum += (t * t - 1) as u128;
         if with_at_least {
             at_least[i as usize] = end;
         }
     }
+    r.tie_sum = tie_sum;
 }
 
 /// Mann-Whitney ROC AUC with midranks; NaN when all labels agree.
@@ -577,6 +636,44 @@ mod tests {
         values.push(f64::MIN);
         values.push(0.1);
         check(&values);
+    }
+
+    /// The centred midranks and their closed-form norm against the midranks less (n + 1) / 2
+    /// and a direct sum of squares, with no ties, heavy ties, one group, and both paths of
+    /// the sort (comparisons under 64 values, radix above).
+    #[test]
+    fn centred_midranks_and_their_norm_in_closed_form() {
+        let mut state = 99u64;
+        let mut draw = |levels: u64| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 33) % levels) as f64 - (levels / 2) as f64
+        };
+        for (n, levels) in [(1, 1), (2, 2), (7, 3), (63, 1 << 30), (64, 4), (500, 2), (3000, 50)]
+        {
+            let values: Vec<f64> = (0..n).map(|_| draw(levels)).collect();
+            let plain = rank(&values);
+            let mid = (n as f64 + 1.0) / 2.0;
+            let mut centred = Ranking::default();
+            rank_into_with(&values, &mut centred, &mut SortScratch::default(), false, mid);
+            let want: Vec<f64> = plain.midrank.iter().map(|m| m - mid).collect();
+            assert_eq!(centred.midrank, want, "n = {n}");
+            // tie groups counted directly
+            let mut sorted = values.clone();
+            sorted.sort_by(f64::total_cmp);
+            let tie_sum: u128 = sorted
+                .chunk_by(|a, b| a == b)
+                .map(|g| (g.len() as u128).pow(3) - g.len() as u128)
+                .sum();
+            assert_eq!(centred.tie_sum, tie_sum, "n = {n}");
+            assert_eq!(plain.tie_sum, tie_sum, "n = {n}");
+            let direct = want.iter().map(|c| c * c).sum::<f64>().sqrt();
+            let closed = centred_rank_norm(n, centred.tie_sum);
+            assert!((closed - direct).abs() <= 1e-14 * direct, "n = {n}: {closed} vs {direct}");
+        }
+        // one tie group: every midrank is the mean, the spread is 0
+        assert_eq!(centred_rank_norm(10, 990), 0.0);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 
 use crate::metric::{top_count, Needs, Params};
 use crate::ranks::{
-    lane_sum, rank, rank_into_with, robust_norm, robust_norm_slice, Ranking, SortScratch,
+    centred_rank_norm, lane_sum, rank, rank_into_with, robust_norm, robust_norm_slice, Ranking,
+    SortScratch,
 };
 use crate::rng::SplitMix64;
 
@@ -96,13 +97,13 @@ impl UnitProfile {
             midrank: std::mem::take(&mut self.centred_rank),
             at_least: std::mem::take(&mut self.at_least),
             group_end: std::mem::take(&mut self.group_end),
+            tie_sum: 0,
         };
         if needs.order {
-            rank_into_with(a, &mut ranking, scratch, for_pair_kernel);
             // centred by (N + 1) / 2, the mean rank
             let mid = (n as f64 + 1.0) / 2.0;
-            ranking.midrank.iter_mut().for_each(|m| *m -= mid);
-            self.centred_rank_norm = robust_norm_slice(&ranking.midrank);
+            rank_into_with(a, &mut ranking, scratch, for_pair_kernel, mid);
+            self.centred_rank_norm = centred_rank_norm(n, ranking.tie_sum);
         } else {
             ranking.order.clear();
             ranking.midrank.clear();
@@ -372,6 +373,12 @@ fn sparse_ranks(sp: &mut SparseEntries, n: usize) -> f64 {
     let full = |q: usize| if q < sp.n_above { q } else { q + sp.n_zero };
     sp.centred_rank.resize(nnz, 0.0);
     sp.group_end.clear();
+    // t^3 - t of each tie group, the zero group's included (see `centred_rank_norm`)
+    let cubes = |t: usize| {
+        let t = t as u128;
+        t * t * t - t
+    };
+    let mut tie_sum = 0u128;
     let mut start = 0;
     while start < nnz {
         let v = sp.values[sp.order[start] as usize];
@@ -387,14 +394,11 @@ fn sparse_ranks(sp: &mut SparseEntries, n: usize) -> f64 {
         }
         sp.group_end
             .extend(std::iter::repeat_n(last as u32, end - start));
+        tie_sum += cubes(end - start);
         start = end;
     }
     let (first, last) = (sp.n_above, sp.n_above + sp.n_zero);
     sp.zero_centred_rank = (n + 1) as f64 - (first + 1 + last) as f64 / 2.0 - mid;
     sp.zero_at_least = last as u32;
-    robust_norm(
-        sp.centred_rank.iter().copied(),
-        sp.zero_centred_rank,
-        sp.n_zero,
-    )
+    centred_rank_norm(n, tie_sum + cubes(sp.n_zero))
 }
