@@ -132,7 +132,9 @@ fn score_checked(
             .collect(),
         forward_all_inputs: OnceLock::new(),
     };
-    blocks.into_par_iter().for_each(|(start, mut outs)| {
+    // One block per task: rayon's default pieces hold several blocks each, run in turn, and a
+    // thread that finishes early could only watch the other finish its piece.
+    blocks.into_par_iter().with_max_len(1).for_each(|(start, mut outs)| {
         let units: Vec<usize> = (start..(start + block).min(k)).collect();
         score_block(activations, concepts, &units, &job, &mut outs);
     });

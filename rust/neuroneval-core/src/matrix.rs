@@ -2,6 +2,7 @@
 
 use crate::error::{CoreError, Result};
 use crate::simd::prefetch;
+use rayon::prelude::*;
 
 /// Element types the kernels read. Every value is widened to f64 before any arithmetic.
 pub trait Element: Copy + Send + Sync + 'static {
@@ -231,14 +232,27 @@ fn nonzeros_into_at<E: Element>(
     }
 }
 
-/// [`MatrixView::check_finite`].
+/// Whether every value of rows `rows` in the column span `span` of a row-major view is finite
+/// (a fold without early exit, so that it vectorises).
+fn rows_finite<E: Element>(view: &MatrixView<'_, E>, rows: std::ops::Range<usize>, span: std::ops::Range<usize>) -> bool {
+    rows.into_iter().all(|i| {
+        view.row_segment(i, span.clone())
+            .is_some_and(|row| row.iter().fold(true, |ok, v| ok & v.to_f64().is_finite()))
+    })
+}
+}
+
+/// [`MatrixView::check_finite`]: consecutive columns of a row-major view are scanned by all
+/// threads in row chunks; only a view with a bad value (or another layout) is then walked in
+/// row-major order, which finds the first one.
 fn check_finite<E: Element>(view: &MatrixView<'_, E>, what: &'static str, columns: &[usize]) -> Result<()> {
     let consecutive = !columns.is_empty() && columns.windows(2).all(|w| w[1] == w[0] + 1);
     if consecutive && view.col_stride == 1 {
+        const CHUNK_ROWS: usize = 1024;
         let span = columns[0]..columns[columns.len() - 1] + 1;
-        let all_finite = (0..view.rows).all(|i| {
-            view.row_segment(i, span.clone())
-                .is_some_and(|row| row.iter().all(|v| v.to_f64().is_finite()))
+        let all_finite = (0..view.rows.div_ceil(CHUNK_ROWS)).into_par_iter().all(|chunk| {
+            let rows = chunk * CHUNK_ROWS..((chunk + 1) * CHUNK_ROWS).min(view.rows);
+            rows_finite(view, rows, span.clone())
         });
         if all_finite {
             return Ok(());
@@ -258,5 +272,4 @@ fn check_finite<E: Element>(view: &MatrixView<'_, E>, what: &'static str, column
         }
     }
     Ok(())
-}
 }
