@@ -134,10 +134,13 @@ fn score_checked(
     };
     // One block per task: rayon's default pieces hold several blocks each, run in turn, and a
     // thread that finishes early could only watch the other finish its piece.
-    blocks.into_par_iter().with_max_len(1).for_each(|(start, mut outs)| {
-        let units: Vec<usize> = (start..(start + block).min(k)).collect();
-        score_block(activations, concepts, &units, &job, &mut outs);
-    });
+    blocks
+        .into_par_iter()
+        .with_max_len(1)
+        .for_each(|(start, mut outs)| {
+            let units: Vec<usize> = (start..(start + block).min(k)).collect();
+            score_block(activations, concepts, &units, &job, &mut outs);
+        });
     Ok(outputs)
 }
 

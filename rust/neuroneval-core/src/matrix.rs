@@ -245,15 +245,21 @@ fn rows_finite<E: Element>(view: &MatrixView<'_, E>, rows: std::ops::Range<usize
 /// [`MatrixView::check_finite`]: consecutive columns of a row-major view are scanned by all
 /// threads in row chunks; only a view with a bad value (or another layout) is then walked in
 /// row-major order, which finds the first one.
-fn check_finite<E: Element>(view: &MatrixView<'_, E>, what: &'static str, columns: &[usize]) -> Result<()> {
+fn check_finite<E: Element>(
+    view: &MatrixView<'_, E>,
+    what: &'static str,
+    columns: &[usize],
+) -> Result<()> {
     let consecutive = !columns.is_empty() && columns.windows(2).all(|w| w[1] == w[0] + 1);
     if consecutive && view.col_stride == 1 {
         const CHUNK_ROWS: usize = 1024;
         let span = columns[0]..columns[columns.len() - 1] + 1;
-        let all_finite = (0..view.rows.div_ceil(CHUNK_ROWS)).into_par_iter().all(|chunk| {
-            let rows = chunk * CHUNK_ROWS..((chunk + 1) * CHUNK_ROWS).min(view.rows);
-            rows_finite(view, rows, span.clone())
-        });
+        let all_finite = (0..view.rows.div_ceil(CHUNK_ROWS))
+            .into_par_iter()
+            .all(|chunk| {
+                let rows = chunk * CHUNK_ROWS..((chunk + 1) * CHUNK_ROWS).min(view.rows);
+                rows_finite(view, rows, span.clone())
+            });
         if all_finite {
             return Ok(());
         }

@@ -650,13 +650,26 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             ((state >> 33) % levels) as f64 - (levels / 2) as f64
         };
-        for (n, levels) in [(1, 1), (2, 2), (7, 3), (63, 1 << 30), (64, 4), (500, 2), (3000, 50)]
-        {
+        for (n, levels) in [
+            (1, 1),
+            (2, 2),
+            (7, 3),
+            (63, 1 << 30),
+            (64, 4),
+            (500, 2),
+            (3000, 50),
+        ] {
             let values: Vec<f64> = (0..n).map(|_| draw(levels)).collect();
             let plain = rank(&values);
             let mid = (n as f64 + 1.0) / 2.0;
             let mut centred = Ranking::default();
-            rank_into_with(&values, &mut centred, &mut SortScratch::default(), false, mid);
+            rank_into_with(
+                &values,
+                &mut centred,
+                &mut SortScratch::default(),
+                false,
+                mid,
+            );
             let want: Vec<f64> = plain.midrank.iter().map(|m| m - mid).collect();
             assert_eq!(centred.midrank, want, "n = {n}");
             // tie groups counted directly
@@ -670,7 +683,10 @@ mod tests {
             assert_eq!(plain.tie_sum, tie_sum, "n = {n}");
             let direct = want.iter().map(|c| c * c).sum::<f64>().sqrt();
             let closed = centred_rank_norm(n, centred.tie_sum);
-            assert!((closed - direct).abs() <= 1e-14 * direct, "n = {n}: {closed} vs {direct}");
+            assert!(
+                (closed - direct).abs() <= 1e-14 * direct,
+                "n = {n}: {closed} vs {direct}"
+            );
         }
         // one tie group: every midrank is the mean, the spread is 0
         assert_eq!(centred_rank_norm(10, 990), 0.0);
