@@ -1,11 +1,11 @@
 //! Run-time choice of instruction set for the hot loops.
 //!
 //! The extension is built for baseline x86-64 so that it runs anywhere; the loops that stream
-//! over long arrays (products, label sums, column copies, norms) are also compiled for AVX2
-//! and AVX-512, and each call takes the widest version the CPU supports. Rust never fuses a
-//! multiply and an add, and every version adds in the same order, so all versions return
-//! the same bits (the property test `matrix_and_pairs_agree_bit_for_bit` compares the wide
-//! product sweeps with the pair kernel's scalar loops).
+//! over long arrays (products, label sums, column copies, sort keys, norms) are also compiled
+//! for AVX2 and AVX-512, and each call takes the widest version the CPU supports. Rust never
+//! fuses a multiply and an add, and every version adds in the same order, so all versions
+//! return the same bits (the property test `matrix_and_pairs_agree_bit_for_bit` compares the
+//! wide product sweeps with the pair kernel's scalar loops).
 
 /// Compiles each function for AVX-512 and AVX2 as well as the baseline, picked at run time.
 /// (multiversion takes AVX-512 only with the Ice Lake feature set: on older CPUs it lowers
