@@ -233,7 +233,7 @@ fn nonzeros_into_at<E: Element>(
 }
 
 /// Whether every value of rows `rows` in the column span `span` of a row-major view is finite
-/// (a fold without early exit, so that it vectorises).
+/// (each row folded without early exit, so that the loop vectorises).
 fn rows_finite<E: Element>(view: &MatrixView<'_, E>, rows: std::ops::Range<usize>, span: std::ops::Range<usize>) -> bool {
     rows.into_iter().all(|i| {
         view.row_segment(i, span.clone())
