@@ -203,23 +203,24 @@ crate::simd::widest! {
 fn pack_f32_keys(values: &[f64], packed: &mut [u64]) -> (u32, bool) {
     let first = descending_key_f32(values[0] as f32);
     let (mut varying, mut exact) = ([0u32; 8], [true; 8]);
-    let mut chunks = values.chunks_exact(8).zip(packed.chunks_exact_mut(8));
-    let mut index = 0u64;
-    for (v, out) in &mut chunks {
-        for j in 0..8 {
-            let k = descending_key_f32(v[j] as f32);
-            varying[j] |= k ^ first;
-            exact[j] &= (v[j] as f32) as f64 == v[j];
-            out[j] = ((k as u64) << 32) | (index + j as u64);
-        }
-        index += 8;
-    }
-    let tail = values.len() - values.len() % 8;
-    for (j, (&v, out)) in values[tail..].iter().zip(&mut packed[tail..]).enumerate() {
+    let mut pack = |lane: usize, v: f64, index: usize| {
         let k = descending_key_f32(v as f32);
-        varying[j] |= k ^ first;
-        exact[j] &= (v as f32) as f64 == v;
-        *out = ((k as u64) << 32) | (tail + j) as u64;
+        varying[lane] |= k ^ first;
+        exact[lane] &= (v as f32) as f64 == v;
+        ((k as u64) << 32) | index as u64
+    };
+    let whole = values.len() - values.len() % 8;
+    for (c, (v, out)) in values[..whole]
+        .chunks_exact(8)
+        .zip(packed.chunks_exact_mut(8))
+        .enumerate()
+    {
+        for lane in 0..8 {
+            out[lane] = pack(lane, v[lane], c * 8 + lane);
+        }
+    }
+    for (lane, (&v, out)) in values[whole..].iter().zip(&mut packed[whole..]).enumerate() {
+        *out = pack(lane, v, whole + lane);
     }
     (
         varying.iter().fold(0, |a, &b| a | b),
@@ -370,12 +371,18 @@ pub struct Ranking {
     pub tie_sum: u128,
 }
 
+/// A tie group's term of [`Ranking::tie_sum`]: t^3 - t for a group of t equal values.
+#[inline]
+pub fn tie_term(t: usize) -> u128 {
+    let t = t as u128;
+    t * t * t - t
+}
+
 /// sqrt(sum over i of (midrank_i - (n + 1) / 2)^2) for n values whose tie groups give
-/// `tie_sum` (sum of t^3 - t): the sum is (n^3 - n - tie_sum) / 12, an integer count over 12,
-/// so the norm takes three roundings whatever n.
+/// `tie_sum` (the sum of their [`tie_term`]s): the sum is (n^3 - n - tie_sum) / 12, an integer
+/// count over 12, so the norm takes three roundings whatever n.
 pub fn centred_rank_norm(n: usize, tie_sum: u128) -> f64 {
-    let n = n as u128;
-    let twelve_times_squares = n * n * n - n - tie_sum;
+    let twelve_times_squares = tie_term(n) - tie_sum;
     (twelve_times_squares as f64 / 12.0).sqrt()
 }
 
@@ -464,7 +471,7 @@ fn assign_ranks(
     // descending positions start+1..=end average (start + 1 + end) / 2
     let top = (n + 1) as f64 - midrank_offset;
     let mut start = 0u32;
-    // each of a group's t positions adds t^2 - 1: t^3 - t per group
+    // each of a group's t positions adds t^2 - 1, so a group adds its `tie_term` (branch-free)
     let mut tie_sum = 0u128;
     for (q, (&i, &end)) in order.iter().zip(group_end.iter()).enumerate() {
         if q > 0 && group_end[q - 1] as usize == q {

@@ -2,8 +2,8 @@
 
 use crate::metric::{top_count, Needs, Params};
 use crate::ranks::{
-    centred_rank_norm, lane_sum, rank, rank_into_with, robust_norm, robust_norm_slice, Ranking,
-    SortScratch,
+    centred_rank_norm, lane_sum, rank, rank_into_with, robust_norm, robust_norm_slice, tie_term,
+    Ranking, SortScratch,
 };
 use crate::rng::SplitMix64;
 
@@ -373,11 +373,7 @@ fn sparse_ranks(sp: &mut SparseEntries, n: usize) -> f64 {
     let full = |q: usize| if q < sp.n_above { q } else { q + sp.n_zero };
     sp.centred_rank.resize(nnz, 0.0);
     sp.group_end.clear();
-    // t^3 - t of each tie group, the zero group's included (see `centred_rank_norm`)
-    let cubes = |t: usize| {
-        let t = t as u128;
-        t * t * t - t
-    };
+    // the tie terms of the entries' groups and of the zero group (see `centred_rank_norm`)
     let mut tie_sum = 0u128;
     let mut start = 0;
     while start < nnz {
@@ -394,11 +390,11 @@ fn sparse_ranks(sp: &mut SparseEntries, n: usize) -> f64 {
         }
         sp.group_end
             .extend(std::iter::repeat_n(last as u32, end - start));
-        tie_sum += cubes(end - start);
+        tie_sum += tie_term(end - start);
         start = end;
     }
     let (first, last) = (sp.n_above, sp.n_above + sp.n_zero);
     sp.zero_centred_rank = (n + 1) as f64 - (first + 1 + last) as f64 / 2.0 - mid;
     sp.zero_at_least = last as u32;
-    centred_rank_norm(n, tie_sum + cubes(sp.n_zero))
+    centred_rank_norm(n, tie_sum + tie_term(sp.n_zero))
 }
