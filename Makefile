@@ -19,7 +19,7 @@ build: $(STAMP)
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q
 
 demo: build
-	$(PY) -m neuroneval.demo
+	$(PY) -m neuroneval demo
 
 lint: $(STAMP)
 	cargo fmt --all --check

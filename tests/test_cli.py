@@ -19,8 +19,9 @@ import polars as pl
 import pytest
 import scipy.sparse as sp
 from cli_helpers import assert_one_line_error, run
-from neuroneval import _evaluate, cli
-from neuroneval._score import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA
+from neuroneval import _evaluate
+from neuroneval.cli import score as score_command
+from neuroneval.params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA
 from neuroneval.sources import write_shards
 
 N, K, T = 240, 12, 5
@@ -309,13 +310,13 @@ def test_threads_set_for_the_call_only(
     monkeypatch.setenv("NEURONEVAL_NUM_THREADS", "5")
     seen: list[int] = []
     name = "score" if pairs else "evaluate"
-    real = getattr(cli, name)
+    real = getattr(score_command, name)
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         seen.append(neuroneval.num_threads())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(cli, name, spy)
+    monkeypatch.setattr(score_command, name, spy)
     np.save(tmp_path / "pairs.npy", PAIRS)
     extra = ["--pairs", tmp_path / "pairs.npy"] if pairs else []
     code, _, _ = run(score_args(files, "--metrics", "auprc", "--threads", 3, *extra), capfd)
@@ -330,14 +331,14 @@ def test_block_units(
     files: dict[str, Path], capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     blocks: list[Any] = []
-    real = _evaluate._blocks
+    real = _evaluate.unit_blocks
 
     def spy(*args: Any) -> list[tuple[int, int]]:
         result = real(*args)
         blocks.append(result)
         return result
 
-    monkeypatch.setattr(_evaluate, "_blocks", spy)
+    monkeypatch.setattr(_evaluate, "unit_blocks", spy)
     code, _, _ = run(score_args(files, "--metrics", ",".join(METRICS), *PARAM_FLAGS, "--block-units", 5), capfd)
     assert code == 0
     assert blocks == [[(0, 5), (5, 10), (10, 12)]]
@@ -504,14 +505,13 @@ def _truncated(path: Path) -> Path:
         ("no metric", ["no metric"]),
         ("alpha 0", ["alpha = 0"]),
         ("alpha 2", ["alpha = 2"]),
-        ("lam -1", ["lambda = -1"]),
+        ("lam -1", ["lam", "= -1", ">= 0"]),
         ("k 0", ["k = 0"]),
         ("seed -1", ["seed", "-1"]),
-        ("top-alpha 0", ["top_random_alpha = 0"]),
+        ("top-alpha 0", ["top", "alpha = 0"]),
         ("top 0", ["--top", "0"]),
         ("threads 0", ["--threads", "0"]),
         ("block-units 0", ["--block-units", "0"]),
-        ("top with pairs", ["--top", "--pairs"]),
         ("unit names count", ["unit_names", "3 entries", "12 columns"]),
         ("concept names count", ["concept_names", "6 entries", "5 columns"]),
         ("missing names file", ["absent.txt", "does not exist"]),
@@ -563,9 +563,6 @@ def test_bad_input_is_one_line(
     ):
         flag, value = case.split()
         extra = [f"--{flag}", value]
-    elif case == "top with pairs":
-        np.save(tmp_path / "pairs.npy", PAIRS)
-        extra = ["--top", 1, "--pairs", tmp_path / "pairs.npy"]
     elif case == "unit names count":
         (tmp_path / "units.txt").write_text("a\nb\nc\n", encoding="utf-8")
         extra = ["--unit-names", tmp_path / "units.txt"]
@@ -623,7 +620,7 @@ def test_other_os_error_exits_1(
     def full_disk(*args: Any, **kwargs: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(cli, "evaluate", full_disk)
+    monkeypatch.setattr(score_command, "evaluate", full_disk)
     code, out, err = run(score_args(files, "--metrics", "auprc"), capfd)
     assert_one_line_error(code, err, 1, "no space left")
     assert out == ""
@@ -635,7 +632,7 @@ def test_multi_line_message_is_one_line(
     def fails(*args: Any, **kwargs: Any) -> None:
         raise neuroneval.errors.SourceError("cannot read the table:\n  line two\n\nline three")
 
-    monkeypatch.setattr(cli, "evaluate", fails)
+    monkeypatch.setattr(score_command, "evaluate", fails)
     code, _, err = run(score_args(files, "--metrics", "auprc"), capfd)
     assert_one_line_error(code, err, 2, "cannot read the table: line two line three")
 
@@ -647,3 +644,21 @@ def test_usage_errors_exit_2(files: dict[str, Path], capfd: pytest.CaptureFixtur
     assert code == 2 and "--out" in err
     code, _, err = run([], capfd)
     assert code == 2
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (["--top", "1"], "--top cannot be combined with --pairs"),
+        (["--ray"], "--ray cannot be combined with --pairs"),
+    ],
+)
+def test_options_that_exclude_pairs(
+    files: dict[str, Path], tmp_path: Path, capfd: pytest.CaptureFixture[str], extra: list[str], fragment: str
+) -> None:
+    np.save(tmp_path / "pairs.npy", PAIRS)
+    code, out, err = run(score_args(files, "--pairs", tmp_path / "pairs.npy", *extra), capfd)
+    assert code == 2 and out == ""
+    assert err.startswith("usage: neuroneval score")
+    assert fragment in err.splitlines()[-1]
+    assert not files["out"].exists()

@@ -18,7 +18,8 @@ import polars as pl
 import pytest
 import scipy.sparse as sp
 from cli_helpers import assert_one_line_error, run
-from neuroneval import METRICS, cli, meta, sanity
+from neuroneval import METRICS, meta, sanity
+from neuroneval.cli import common as cli_common
 from neuroneval.sources import write_shards
 from polars.testing import assert_frame_equal
 
@@ -308,17 +309,17 @@ def test_meta_fixed_alpha(files: dict[str, Path], capfd: pytest.CaptureFixture[s
         ("truth unknown name", ["line 20", "unknown concept name 'dgo'"]),
         ("truth name without names", ["line 1", "'sky'", "--concept-names"]),
         ("truth floats", ["float64", "integer concept indices"]),
-        ("alpha 0", ["--alpha", "(0, 1]", "got 0"]),
-        ("alpha 1.5", ["--alpha", "got 1.5"]),
+        ("alpha 0", ["alpha = 0", "0 < alpha <= 1"]),
+        ("alpha 1.5", ["alpha = 1.5"]),
         ("keep 1.5", ["--keep", "[0, 1]"]),
         ("keep -0.1", ["--keep", "-0.1"]),
         ("rate 0.5", ["--rate", ">= 1"]),
         ("rate inf", ["--rate", "finite"]),
-        ("lam -1", ["--lam", ">= 0"]),
+        ("lam -1", ["lam", "= -1", ">= 0"]),
         ("validation 1", ["--validation", "(0, 1)"]),
-        ("seed -2", ["--seed", "-2"]),
+        ("seed -2", ["seed", "-2"]),
         ("threads 0", ["--threads", "0"]),
-        ("n too small", ["--n 5000", "n >= 10,000"]),
+        ("n too small", ["--n must be at least 10,000", "got 5000"]),
         ("seeds 0", ["--seeds", "0"]),
         ("out is a file", ["--out", "is a file"]),
         ("nan activations", ["nan", "row 7"]),
@@ -397,7 +398,7 @@ def test_sanity_bad_input_is_one_line(
         ("missing concepts", ["gone.npy", "does not exist"]),
         ("mismatched N", ["300", "299"]),
         ("truth length", ["21 entries for 20 units"]),
-        ("alpha 2", ["--alpha", "got 2"]),
+        ("alpha 2", ["alpha = 2"]),
         ("validation 0", ["--validation", "got 0"]),
         ("out suffix", [".csv or .parquet"]),
         ("out directory missing", ["output directory", "does not exist"]),
@@ -490,12 +491,12 @@ def test_failed_write_leaves_no_files(
 def test_too_big_for_memory(
     files: dict[str, Path], capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli, "_memory_bytes", lambda: 100_000)
+    monkeypatch.setattr(cli_common, "memory_bytes", lambda: 100_000)
     code, out, err = run(["sanity", files["acts"], files["concepts"], "--metrics", "f1"], capfd)
     assert_one_line_error(code, err, 2, "reads the matrices into memory", "GiB")
     code, out, err = run(["meta", files["acts"], files["concepts"], "--truth", files["truth"]], capfd)
     assert_one_line_error(code, err, 2, "reads the matrices into memory")
-    monkeypatch.setattr(cli, "_memory_bytes", lambda: None)  # unknown: no check
+    monkeypatch.setattr(cli_common, "memory_bytes", lambda: None)  # unknown: no check
     code, _, _ = run(["sanity", files["acts"], files["concepts"], "--metrics", "f1"], capfd)
     assert code == 0
 

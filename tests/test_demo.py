@@ -17,8 +17,8 @@ pytest.importorskip("sklearn")
 import neuroneval  # noqa: E402
 import polars as pl  # noqa: E402
 import torch  # noqa: E402
-from neuroneval import demo  # noqa: E402
 from neuroneval.errors import EmptyInputError, InvalidInputError, ParameterError, ShapeError  # noqa: E402
+from neuroneval.experiments import digits as demo  # noqa: E402
 from neuroneval.torch import capture  # noqa: E402
 from torch import nn  # noqa: E402
 

@@ -14,7 +14,9 @@ for _package in ("torch", "transformers", "gensim", "empath", "vaderSentiment", 
 
 import neuroneval  # noqa: E402
 import polars as pl  # noqa: E402
-from neuroneval import demo, demo_text, text  # noqa: E402
+from neuroneval.experiments import digits as demo  # noqa: E402
+from neuroneval.experiments import text  # noqa: E402
+from neuroneval.experiments import text_demo as demo_text  # noqa: E402
 
 
 @pytest.fixture(scope="module")

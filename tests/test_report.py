@@ -98,7 +98,7 @@ def make_results(
     if sanity:
         (directory / "sanity").mkdir()
         (directory / "sanity" / "table.csv").write_text(SANITY_CSV)
-        (directory / "sanity" / "chart.png").write_bytes(report._png(np.full((20, 30), 128, np.uint8)))
+        (directory / "sanity" / "chart.png").write_bytes(report.charts.png(np.full((20, 30), 128, np.uint8)))
     if crowd_dir:
         (directory / "crowd").mkdir()
         crowd_rows = []
@@ -286,7 +286,7 @@ def test_sanity_table_equals_csv(results: Results) -> None:
     for tr, row in zip(trs, expected, strict=True):
         assert tr.find("th").text() == row["metric"] == tr.attrs["data-metric"]
         cells = tr.find_all("td")
-        for cell, column in zip(cells, report._SANITY_COLUMNS, strict=False):
+        for cell, column in zip(cells, report.read._SANITY_COLUMNS, strict=False):
             if row[column] == "":
                 assert cell.text() == "\u2013" and "na" in cell.attrs["class"]
             else:
@@ -319,7 +319,7 @@ def test_crowd_needed_budgets(results: Results) -> None:
     pl.DataFrame({"sampling": ["mgis"], "aggregation": ["bragg"], "needed": [123.0]}).write_csv(
         results.directory / "crowd" / "needed.csv"
     )
-    (results.directory / "crowd" / "rce.png").write_bytes(report._png(np.zeros((5, 7), np.uint8)))
+    (results.directory / "crowd" / "rce.png").write_bytes(report.charts.png(np.zeros((5, 7), np.uint8)))
     section = parse(report.render_report(results.directory)).find("section", id="crowd")
     assert [tr.find("td").text() for tr in section.find("tbody").find_all("tr")] == ["123"]
     assert not section.find_all("svg") and png_size(section.find("img").attrs["src"]) == (7, 5)
@@ -485,7 +485,7 @@ def test_top_inputs_against_argsort(tmp_path: Path, k: int, monkeypatch: pytest.
         "shards": write_shards(tmp_path / "shards", [half[:17], half[17:40], half[40:]]),
         "sparse": sp.csr_matrix(a),
     }
-    monkeypatch.setattr(report, "_CHUNK_BYTES", 8 * 7 * 6)  # six rows a chunk, one column a sparse block of 50 rows
+    monkeypatch.setattr(report.inputs, "_CHUNK_BYTES", 8 * 7 * 6)  # six rows a chunk, one column a sparse block of 50 rows
     for name, src in sources.items():
         table = report.top_inputs({name: src}, k=k)
         data = half if name in ("npy", "shards") else a.astype(np.float32) if name == "float32 strided" else a
@@ -524,7 +524,7 @@ def test_write_inputs(tmp_path: Path) -> None:
     report.write_inputs(tmp_path, texts=tokens, highlight=[1, 0])
     assert json.loads((d / "texts.json").read_text()) == tokens
     assert json.loads((d / "meta.json").read_text())["tokens"] == [1, 0]
-    assert report._snippet(tokens[0], 1) == "The <mark>cat</mark> sat"
+    assert report.page._snippet(tokens[0], 1) == "The <mark>cat</mark> sat"
     for kwargs, error, message in [
         ({}, ParameterError, "either images= or texts="),
         ({"images": rgb, "texts": ["a"]}, ParameterError, "either images= or texts="),

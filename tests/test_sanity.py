@@ -3,8 +3,8 @@
 - The perturbations are pinned by their distributions (the kept and added counts against the
   binomial laws SPEC section 4 states, over many columns), by their exact structure on soft
   concepts, and by seeding rules.
-- `table_scores` is pinned against the real kernels on materialised binary vectors for every
-  2x2 table of a small N.
+- The core's 2x2-table scores (`_core.table_scores`, used by `theoretical`) are pinned against
+  the real kernels on materialised binary vectors for every 2x2 table of a small N.
 - `theoretical` is pinned against the paper's Table 3 and against slow simulations that
   materialise the vectors, perturb them with the real perturbations and draw real subsets.
 - `decrease_accuracy` and `experimental` are pinned against a slow per-unit loop that calls
@@ -287,8 +287,16 @@ def test_extra_rejects_bad_seed_on_full_columns() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# table_scores against the kernels, every 2x2 table of N = 7
+# The core's table scores against the kernels, every 2x2 table of N = 7
 # ---------------------------------------------------------------------------------------------
+
+
+def table_scores(n: Any, n11: Any, n10: Any, n01: Any, metrics: list[str], lam: float = 1.0) -> dict[str, Any]:
+    """`_core.table_scores` (what `theoretical` scores its tables with), counts broadcast."""
+    counts = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (n, n11, n10, n01)))
+    flat = [np.ascontiguousarray(c.reshape(-1)) for c in counts]
+    values = neuroneval._core.table_scores(*flat, list(metrics), lam)
+    return {m: v.reshape(counts[0].shape) for m, v in zip(metrics, values, strict=True)}
 
 
 @pytest.mark.parametrize("lam", [1.0, 0.3])
@@ -317,13 +325,13 @@ def test_table_scores_match_kernels_on_every_table(lam: float) -> None:
                 tables.append((n11, n10, n01))
     assert len(tables) == math.comb(n + 3, 3) - (n + 1)  # all tables but those with n11 + n10 = 0
     t = np.array(tables)
-    expected = sanity.table_scores(n, t[:, 0], t[:, 1], t[:, 2], TABLE_METRICS, lam=lam)
+    expected = table_scores(n, t[:, 0], t[:, 1], t[:, 2], TABLE_METRICS, lam=lam)
     assert set(expected) == set(TABLE_METRICS)
     for m in TABLE_METRICS:
         assert expected[m].shape == (len(tables),)
         assert_allclose(expected[m], np.array(got[m]), rtol=1e-12, atol=1e-14, equal_nan=True, err_msg=m)
     # Scalars broadcast the same way.
-    one = sanity.table_scores(n, 2, 1, 3, TABLE_METRICS, lam=lam)
+    one = table_scores(n, 2, 1, 3, TABLE_METRICS, lam=lam)
     row = tables.index((2, 1, 3))
     for m in TABLE_METRICS:
         assert_allclose(one[m], got[m][row], rtol=1e-12, equal_nan=True, err_msg=m)
@@ -332,7 +340,7 @@ def test_table_scores_match_kernels_on_every_table(lam: float) -> None:
 def test_table_scores_rejects_top_random() -> None:
     for m in TOP_RANDOM:
         with pytest.raises(errors.ParameterError, match=m):
-            sanity.table_scores(10, 2, 1, 1, [m])
+            table_scores(10, 2, 1, 1, [m])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,9 +364,9 @@ def test_theoretical_expected_deltas(metric: str) -> None:
     for g in sanity.GAMMAS:
         p = math.floor(g * n)
         # At the expected counts (P/2 of P kept; P added) the value is exact.
-        orig = sanity.table_scores(n, p, 0, 0, [metric])[metric]
-        miss = sanity.table_scores(n, p / 2, p / 2, 0, [metric])[metric]
-        extra = sanity.table_scores(n, p, 0, p, [metric])[metric]
+        orig = table_scores(n, p, 0, 0, [metric])[metric]
+        miss = table_scores(n, p / 2, p / 2, 0, [metric])[metric]
+        extra = table_scores(n, p, 0, p, [metric])[metric]
         gamma = p / n
         assert_allclose(miss - orig, EXPECTED_DELTA[metric][0](gamma), atol=1e-12)
         assert_allclose(extra - orig, EXPECTED_DELTA[metric][1](gamma), atol=1e-12)
@@ -367,7 +375,7 @@ def test_theoretical_expected_deltas(metric: str) -> None:
         kept = rng.binomial(p, 0.5, size=seeds)
         added = rng.binomial(n - p, p / (n - p), size=seeds)
         for which, (n11, n10, n01) in enumerate([(kept, p - kept, 0), (p, 0, added)]):
-            d = np.broadcast_to(sanity.table_scores(n, n11, n10, n01, [metric])[metric] - orig, (seeds,))
+            d = np.broadcast_to(table_scores(n, n11, n10, n01, [metric])[metric] - orig, (seeds,))
             d = d[np.isfinite(d)]
             assert d.size > 0.9 * seeds
             se = d.std(ddof=1) / math.sqrt(d.size)

@@ -1,4 +1,4 @@
-"""neuroneval.text: sentences, lexicon concepts, MiniLM units and probes, checked against independent loops."""
+"""neuroneval.experiments.text: sentences, lexicon concepts, MiniLM units and probes, checked against independent loops."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from neuroneval import text
 from neuroneval.errors import EmptyInputError, LabelError, NonFiniteError, ParameterError, ShapeError, SourceError
+from neuroneval.experiments import text
 
 N_SENTENCES = 300
 
@@ -461,7 +461,7 @@ def test_cpu_parts_do_not_import_torch() -> None:
     pytest.importorskip("sklearn")
     code = (
         "import sys, numpy as np\n"
-        "from neuroneval import text\n"
+        "from neuroneval.experiments import text\n"
         "s = text.lee_sentences(120)\n"
         "names, c = text.lexicon_concepts(s)\n"
         "x = np.random.default_rng(0).normal(size=(len(s), 8))\n"

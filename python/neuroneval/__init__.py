@@ -16,12 +16,14 @@ from ._registry import METRICS, PASSING_METRICS, MetricInfo
 from ._score import compute, score
 from .errors import NeuronEvalError
 from .meta import meta_auprc
+from .params import ScoreParams
 
 __all__ = [
     "METRICS",
     "PASSING_METRICS",
     "MetricInfo",
     "NeuronEvalError",
+    "ScoreParams",
     "compute",
     "distributed",
     "errors",

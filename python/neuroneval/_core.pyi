@@ -6,13 +6,16 @@ import numpy.typing as npt
 
 __all__ = [
     "PreparedConcepts",
+    "ScoreParams",
     "check_arguments",
+    "metric_facts",
     "metric_names",
     "num_threads",
     "prepare_concepts",
     "rank_statistic_columns",
     "score_matrix",
     "score_pairs",
+    "table_scores",
 ]
 
 # A matrix source: one 2-D float16/32/64 array, a list of such arrays stacked along the
@@ -20,28 +23,47 @@ __all__ = [
 _Source = Any
 
 @final
+class ScoreParams:
+    """The five scoring parameters, frozen and validated once by the core."""
+
+    def __new__(
+        cls,
+        alpha: float | None = 0.005,
+        lam: float | None = 1.0,
+        k: int | None = 25,
+        top_alpha: float | None = 0.002,
+        seed: int | None = 0,
+    ) -> ScoreParams: ...
+    @property
+    def alpha(self) -> float: ...
+    @property
+    def lam(self) -> float: ...
+    @property
+    def k(self) -> int: ...
+    @property
+    def top_alpha(self) -> float: ...
+    @property
+    def seed(self) -> int: ...
+    def replace(self, **changes: float | int | None) -> ScoreParams: ...
+    def to_dict(self) -> dict[str, float | int]: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __ne__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __getnewargs__(self) -> tuple[float, float, int, float, int]: ...
+    def __reduce__(self) -> tuple[type[ScoreParams], tuple[float, float, int, float, int]]: ...
+
+@final
 class PreparedConcepts:
     @property
     def shape(self) -> tuple[int, int]: ...
 
-def check_arguments(
-    metrics: list[str],
-    alpha: float,
-    lam: float,
-    k: int,
-    top_alpha: float,
-    seed: int,
-) -> None: ...
+def check_arguments(metrics: list[str], params: ScoreParams) -> None: ...
 def prepare_concepts(concepts: _Source, metrics: list[str]) -> PreparedConcepts: ...
 def score_matrix(
     activations: _Source,
     concepts: _Source | PreparedConcepts,
     metrics: list[str],
-    alpha: float,
-    lam: float,
-    k: int,
-    top_alpha: float,
-    seed: int,
+    params: ScoreParams,
     first_unit: int = 0,
 ) -> list[npt.NDArray[np.float64]]: ...
 def score_pairs(
@@ -49,11 +71,15 @@ def score_pairs(
     concepts: _Source,
     pairs: npt.NDArray[np.int64],
     metrics: list[str],
-    alpha: float,
-    lam: float,
-    k: int,
-    top_alpha: float,
-    seed: int,
+    params: ScoreParams,
+) -> list[npt.NDArray[np.float64]]: ...
+def table_scores(
+    n: npt.NDArray[np.float64],
+    n11: npt.NDArray[np.float64],
+    n10: npt.NDArray[np.float64],
+    n01: npt.NDArray[np.float64],
+    metrics: list[str],
+    lam: float = 1.0,
 ) -> list[npt.NDArray[np.float64]]: ...
 def rank_statistic_columns(
     statistic: str,
@@ -61,4 +87,5 @@ def rank_statistic_columns(
     scores: npt.NDArray[np.floating],
 ) -> npt.NDArray[np.float64]: ...
 def metric_names() -> list[str]: ...
+def metric_facts() -> list[tuple[str, bool, bool, bool, tuple[float, float] | None, bool, str]]: ...
 def num_threads() -> int: ...

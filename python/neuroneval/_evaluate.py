@@ -27,25 +27,28 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
 
 from . import _core
-from ._files import write_atomic
-from ._score import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, check_k, check_seed, metric_list
 from .errors import ParameterError, ResumeError, ShapeError
+from .files import write_atomic
+from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, ScoreParams, metric_list
+from .progress import Progress
 from .sources import Source, open_activations, open_concepts
 
 __all__ = ["evaluate", "partial_dir", "DEFAULT_BLOCK_BYTES"]
+
+# `neuroneval.distributed` runs the same plan as Ray tasks; it shares, besides `partial_dir`:
+# `plan_run` and `Plan` (the checked arguments), `unit_blocks`, `check_out`, `open_state`
+# (run.json, the resume rule), `read_columns`, `score_block`, `write_part` and `merge_parts`.
 
 #: Default size of one block's activations in their own dtype (the scratch read per block).
 DEFAULT_BLOCK_BYTES = 256 << 20
@@ -60,38 +63,6 @@ def partial_dir(out: str | os.PathLike[str]) -> Path:
     """Where an unfinished run on `out` keeps its finished blocks and scratch files."""
     out = Path(out)
     return out.with_name(out.name + ".partial")
-
-
-@dataclass
-class _Progress:
-    """A one-line progress bar on a terminal; silent elsewhere except for notices."""
-
-    enabled: bool
-    # Looked up at run time, so a redirected stderr (contextlib, pytest) receives the notices.
-    stream: TextIO = field(default_factory=lambda: sys.stderr)
-
-    def __post_init__(self) -> None:
-        self.tty = self.enabled and self.stream.isatty()
-        self.started = time.monotonic()
-
-    def say(self, message: str) -> None:
-        if self.enabled:
-            if self.tty:
-                self.stream.write("\r\033[K")
-            print(f"neuroneval: {message}", file=self.stream, flush=True)
-
-    def bar(self, what: str, done: int, total: int) -> None:
-        if not self.tty:
-            return
-        elapsed = time.monotonic() - self.started
-        width = 30
-        filled = int(width * done / max(total, 1))
-        eta = elapsed / done * (total - done) if done else float("nan")
-        eta_text = "" if eta != eta else f" eta {eta:.0f}s"
-        self.stream.write(f"\r{what} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {elapsed:.0f}s{eta_text}")
-        if done == total:
-            self.stream.write("\n")
-        self.stream.flush()
 
 
 def evaluate(
@@ -156,55 +127,46 @@ def evaluate(
     >>> t.select("unit", "concept", "rank").head(2).rows()
     [(0, 0, 1), (1, 1, 1)]
     """
-    plan = _plan(
-        activations, concepts, metrics, alpha, lam, k, top_alpha, seed, keep, block_units, unit_names, concept_names
-    )
-    names, args, top, acts, conc = plan.names, plan.args, plan.top, plan.acts, plan.conc
-    bounds, prepared = plan.bounds, plan.prepared
-    report = _Progress(progress)
+    params = ScoreParams(alpha=alpha, lam=lam, k=k, top_alpha=top_alpha, seed=seed)
+    plan = plan_run(activations, concepts, metrics, params, keep, block_units, unit_names, concept_names)
+    report = Progress(progress)
 
     if out is None:
         with tempfile.TemporaryDirectory(prefix="neuroneval-", dir=scratch) as tmp:
-            job = _Job(acts, conc, prepared, args, top, bounds, Path(tmp), report)
-            parts = job.run(Path(tmp) / "scratch")
-            return pl.concat(parts) if parts else _empty_table(names, top, acts, conc)
+            parts = _Job(plan, Path(tmp), report).run(Path(tmp) / "scratch")
+            return pl.concat(parts) if parts else _empty_table(plan.names, plan.top, plan.acts, plan.conc)
 
-    out = _check_out(out)
+    out = check_out(out)
     work = partial_dir(out)
-    done = _open_state(work, plan.state(), restart, report)
+    done = open_state(work, plan.state(), restart, report)
     # Our own subdirectory of a user's scratch directory: only it is ever deleted.
     scratch_dir = work / "scratch" if scratch is None else Path(scratch) / f"{work.name}-scratch"
-    _Job(acts, conc, prepared, args, top, bounds, work, report).run(scratch_dir, done)
-    _merge(work, len(bounds), out)
+    _Job(plan, work, report).run(scratch_dir, done)
+    merge_parts(work, len(plan.bounds), out)
     shutil.rmtree(work, ignore_errors=True)
     return out
 
 
 @dataclass
-class _Plan:
+class Plan:
     """A validated run: its arguments, opened sources, blocks and prepared concepts."""
 
     names: list[str]
-    args: tuple[list[str], float, float, int, float, int]
+    params: ScoreParams
     keep: Literal["all"] | int
     top: int | None
     acts: Source
     conc: Source
     bounds: list[tuple[int, int]]
-    prepared: _core.PreparedConcepts
+    prepared: _core.PreparedConcepts | None
 
     def state(self) -> dict[str, Any]:
         """The run's fingerprint, kept as `run.json` in `<out>.partial/` (the resume rule)."""
-        args = self.args
         return {
             "version": 1,
             "arguments": {
                 "metrics": self.names,
-                "alpha": args[1],
-                "lam": args[2],
-                "k": args[3],
-                "top_alpha": args[4],
-                "seed": args[5],
+                **self.params.to_dict(),
                 "keep": self.keep,
                 "blocks": self.bounds,
             },
@@ -215,37 +177,32 @@ class _Plan:
         }
 
 
-def _plan(
+def plan_run(
     activations: Any,
     concepts: Any,
     metrics: str | Sequence[str] | None,
-    alpha: float,
-    lam: float,
-    k: int,
-    top_alpha: float,
-    seed: int,
+    params: ScoreParams,
     keep: Literal["all"] | int,
     block_units: int | None,
     unit_names: Any,
     concept_names: Any,
-) -> _Plan:
+) -> Plan:
     """Checks every argument, opens both sources and validates (prepares) the concepts:
     every input error is raised here, before anything is written or submitted."""
     names = metric_list(metrics)
-    args = (names, float(alpha), float(lam), check_k(k), float(top_alpha), check_seed(seed))
-    _core.check_arguments(*args)
+    _core.check_arguments(names, params)
     top = _check_keep(keep)
     acts = open_activations(activations, unit_names=unit_names)
     conc = open_concepts(concepts, n_inputs=acts.n_rows, concept_names=concept_names)
     if acts.n_rows != conc.n_rows:
         raise ShapeError(f"activations have {acts.n_rows} inputs (rows) but concepts have {conc.n_rows}")
-    bounds = _blocks(acts, conc.n_columns, block_units)
+    bounds = unit_blocks(acts, conc.n_columns, block_units)
     # The concepts are validated (and transformed) before anything is written.
     prepared = _core.prepare_concepts(conc.core, names)
-    return _Plan(names, args, keep, top, acts, conc, bounds, prepared)
+    return Plan(names, params, keep, top, acts, conc, bounds, prepared)
 
 
-def _check_out(out: str | os.PathLike[str]) -> Path:
+def check_out(out: str | os.PathLike[str]) -> Path:
     out = Path(out)
     if not out.parent.is_dir():
         raise FileNotFoundError(f"the output directory {out.parent} does not exist")
@@ -255,7 +212,8 @@ def _check_out(out: str | os.PathLike[str]) -> Path:
 def score_block(
     data: Any,
     prepared: _core.PreparedConcepts,
-    args: tuple[list[str], float, float, int, float, int],
+    names: list[str],
+    params: ScoreParams,
     start: int,
     stop: int,
     acts: Source,
@@ -265,8 +223,8 @@ def score_block(
     """Units [start, stop) scored into their table: `data` is their (N, stop - start)
     activations as the core reads them. The one home of the scoring, for `evaluate`'s
     blocks and `neuroneval.distributed`'s tasks alike."""
-    values = _core.score_matrix(data, prepared, *args, first_unit=start)
-    return _table(values, args[0], start, stop, acts, conc, top)
+    values = _core.score_matrix(data, prepared, names, params, first_unit=start)
+    return _table(values, names, start, stop, acts, conc, top)
 
 
 def read_columns(acts: Source, start: int, stop: int) -> Any:
@@ -285,7 +243,7 @@ def read_columns(acts: Source, start: int, stop: int) -> Any:
     return acts.columns(start, stop).core
 
 
-def _write_part(work: Path, block: int, frame: pl.DataFrame) -> None:
+def write_part(work: Path, block: int, frame: pl.DataFrame) -> None:
     """The block's part file, written aside (a name of this process's own), synced, then
     renamed into place: a part is whole or absent, and rewriting it is harmless."""
     final = _part(work, block)
@@ -304,7 +262,7 @@ def _check_keep(keep: Any) -> int | None:
     raise ParameterError(f"keep must be 'all' or a positive integer; got {keep!r}")
 
 
-def _blocks(acts: Source, n_concepts: int, block_units: int | None) -> list[tuple[int, int]]:
+def unit_blocks(acts: Source, n_concepts: int, block_units: int | None) -> list[tuple[int, int]]:
     n, k = acts.shape
     if block_units is None:
         # A block's activations: N values per unit, or a sparse unit's entries (12 bytes each)
@@ -319,7 +277,7 @@ def _blocks(acts: Source, n_concepts: int, block_units: int | None) -> list[tupl
     return [(s, min(s + b, k)) for s in range(0, k, b)]
 
 
-def _open_state(work: Path, state: dict[str, Any], restart: bool, report: _Progress) -> set[int]:
+def open_state(work: Path, state: dict[str, Any], restart: bool, report: Progress) -> set[int]:
     """The blocks already finished in `work`, after checking that they belong to this run."""
     path = work / _STATE
     if path.is_file():
@@ -358,59 +316,55 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 @dataclass
 class _Job:
-    """One evaluate run: what every block is scored with, and where its parts go."""
+    """One evaluate run: its plan (what every block is scored with), where its parts go."""
 
-    acts: Source
-    conc: Source
-    prepared: _core.PreparedConcepts
-    args: tuple[list[str], float, float, int, float, int]
-    top: int | None
-    bounds: list[tuple[int, int]]
+    plan: Plan
     work: Path
-    report: _Progress
+    report: Progress
 
     def run(self, scratch: Path, done: set[int] | None = None) -> list[pl.DataFrame]:
         """Scores the blocks not in `done`: into part files when `done` is given (a run
         with an output file), else into the returned tables."""
         keep_parts = done is not None
         done = done or set()
-        todo = [i for i in range(len(self.bounds)) if i not in done]
+        plan = self.plan
+        todo = [i for i in range(len(plan.bounds)) if i not in done]
         if not todo:
             return []
-        blocks = _BlockReader(self.acts, self.bounds, scratch, self.report)
+        assert plan.prepared is not None
+        blocks = _BlockReader(plan.acts, plan.bounds, scratch, self.report)
         frames: list[pl.DataFrame] = []
         # The next block is read on a second thread while the core (which releases the
         # GIL) scores this one.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="neuroneval-read") as reader:
+        with (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="neuroneval-read") as reader,
+            self.report.bar("scoring", total=len(plan.bounds), initial=len(done), unit="block") as bar,
+        ):
             pending = reader.submit(blocks.read, todo[0])
             for count, i in enumerate(todo, start=1):
                 data = pending.result()
                 if count < len(todo):
                     pending = reader.submit(blocks.read, todo[count])
-                frame = self.score(i, data)
+                start, stop = plan.bounds[i]
+                frame = score_block(
+                    data, plan.prepared, plan.names, plan.params, start, stop, plan.acts, plan.conc, plan.top
+                )
                 del data
                 if keep_parts:
-                    self.write_part(i, frame)
+                    write_part(self.work, i, frame)
                 else:
                     frames.append(frame)
                 blocks.finished(i)
-                self.report.bar("scoring", len(done) + count, len(self.bounds))
+                bar.update(1)
         blocks.close()
         return frames
-
-    def score(self, block: int, data: Any) -> pl.DataFrame:
-        start, stop = self.bounds[block]
-        return score_block(data, self.prepared, self.args, start, stop, self.acts, self.conc, self.top)
-
-    def write_part(self, block: int, frame: pl.DataFrame) -> None:
-        _write_part(self.work, block, frame)
 
 
 class _BlockReader:
     """Each block's activations as the core reads them: a view of data in memory, or the
     block's scratch copy of a row-major file (made by one pass over the file)."""
 
-    def __init__(self, acts: Source, bounds: list[tuple[int, int]], scratch: Path, report: _Progress) -> None:
+    def __init__(self, acts: Source, bounds: list[tuple[int, int]], scratch: Path, report: Progress) -> None:
         self.acts, self.bounds, self.scratch = acts, bounds, scratch
         self.whole: np.ndarray | None = None
         self.transposed = acts.row_major_files and len(bounds) > 1
@@ -428,7 +382,7 @@ class _BlockReader:
     def _file(self, block: int) -> Path:
         return self.scratch / f"block-{block:06d}.bin"
 
-    def _transpose(self, report: _Progress) -> None:
+    def _transpose(self, report: Progress) -> None:
         marker = self.scratch / "complete.json"
         expected = {"shape": list(self.acts.shape), "dtype": str(self.acts.dtype), "blocks": self.bounds}
         if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == expected:
@@ -437,12 +391,11 @@ class _BlockReader:
         self.scratch.mkdir(parents=True)
         files = [open(self._file(i), "wb") for i in range(len(self.bounds))]
         try:
-            rows = 0
-            for chunk in self.acts.row_chunks(_chunk_rows(self.acts)):
-                for f, (s, e) in zip(files, self.bounds, strict=True):
-                    f.write(np.ascontiguousarray(chunk[:, s:e]).data)
-                rows += chunk.shape[0]
-                report.bar("reading ", rows, self.acts.n_rows)
+            with report.bar("reading", total=self.acts.n_rows, unit="row") as bar:
+                for chunk in self.acts.row_chunks(_chunk_rows(self.acts)):
+                    for f, (s, e) in zip(files, self.bounds, strict=True):
+                        f.write(np.ascontiguousarray(chunk[:, s:e]).data)
+                    bar.update(chunk.shape[0])
         finally:
             for f in files:
                 f.close()
@@ -525,7 +478,7 @@ def _empty_table(names: list[str], top: int | None, acts: Source, conc: Source) 
     return pl.DataFrame(schema=schema)
 
 
-def _merge(work: Path, n_blocks: int, out: Path) -> None:
+def merge_parts(work: Path, n_blocks: int, out: Path) -> None:
     """All parts, in block order, into `out`: written aside, then renamed into place."""
     parts = [_part(work, i) for i in range(n_blocks)]
     missing = [p for p in parts if not p.is_file()]

@@ -1,8 +1,14 @@
-"""What each metric is: its parameters, its range, and the paper's sanity-check verdict."""
+"""What each metric is: its parameters, its range, and the paper's sanity-check verdict.
+
+The facts come from the core, where each metric is declared once; this module gives them
+their Python form, `MetricInfo`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from . import _core
 
 __all__ = ["MetricInfo", "METRICS", "PASSING_METRICS"]
 
@@ -38,69 +44,7 @@ class MetricInfo:
     description: str
 
 
-_UNIT = (0.0, 1.0)
-_SIGNED = (-1.0, 1.0)
-
-METRICS: dict[str, MetricInfo] = {
-    m.name: m
-    for m in [
-        MetricInfo(
-            "recall", True, False, False, _UNIT, False, "TP / |b|: share of top-activating inputs that show the concept"
-        ),
-        MetricInfo(
-            "precision", True, False, False, _UNIT, False, "TP / |y|: share of concept inputs that are top-activating"
-        ),
-        MetricInfo("f1", True, False, False, _UNIT, True, "2TP / (2TP + FP + FN)"),
-        MetricInfo("iou", True, False, False, _UNIT, True, "TP / (|b| + |y| - TP)"),
-        MetricInfo("accuracy", True, False, False, _UNIT, False, "(TP + TN) / N"),
-        MetricInfo("balanced_accuracy", True, False, False, _UNIT, False, "mean of the rates on b = 1 and b = 0"),
-        MetricInfo(
-            "inverse_balanced_accuracy", True, False, False, _UNIT, False, "mean of the rates on y = 1 and y = 0"
-        ),
-        MetricInfo("auc", True, False, False, _UNIT, False, "ROC AUC, label b, score c"),
-        MetricInfo("inverse_auc", False, False, False, _UNIT, False, "ROC AUC, label y, score a"),
-        MetricInfo("auprc", True, False, False, _UNIT, True, "average precision, label b, score c"),
-        MetricInfo("inverse_auprc", False, False, False, _UNIT, False, "average precision, label y, score a"),
-        MetricInfo("correlation", False, False, False, _SIGNED, True, "Pearson r(a, c) over all inputs"),
-        MetricInfo("spearman", False, False, False, _SIGNED, False, "Pearson r of the midranks of a and c"),
-        MetricInfo("cosine", False, False, False, _SIGNED, True, "<a, c> / (|a| |c|)"),
-        MetricInfo("wpmi", True, True, False, None, False, "mean log c over b minus lambda log mean c"),
-        MetricInfo("mad", False, False, False, None, False, "mean a on y = 1 minus mean a on y = 0"),
-        MetricInfo(
-            "correlation_top_random", False, False, True, _SIGNED, False, "Pearson r on k top + k random inputs"
-        ),
-        MetricInfo("spearman_top_random", False, False, True, _SIGNED, False, "Spearman on k top + k random inputs"),
-        MetricInfo("combined_auc", True, False, False, _UNIT, False, "harmonic mean of auc and inverse_auc"),
-        MetricInfo(
-            "combined_balanced_accuracy",
-            True,
-            False,
-            False,
-            _UNIT,
-            False,
-            "harmonic mean of balanced_accuracy and inverse_balanced_accuracy",
-        ),
-        MetricInfo("recall_auc", True, False, False, _UNIT, False, "harmonic mean of recall and auc"),
-        MetricInfo("recall_inverse_auc", True, False, False, _UNIT, False, "harmonic mean of recall and inverse_auc"),
-        MetricInfo(
-            "precision_balanced_accuracy",
-            True,
-            False,
-            False,
-            _UNIT,
-            False,
-            "harmonic mean of precision and balanced_accuracy",
-        ),
-        MetricInfo(
-            "precision_inverse_balanced_accuracy",
-            True,
-            False,
-            False,
-            _UNIT,
-            False,
-            "harmonic mean of precision and inverse_balanced_accuracy",
-        ),
-    ]
-}
+# The facts are declared once, in the core (`Metric` in neuroneval-core's metric.rs).
+METRICS: dict[str, MetricInfo] = {facts[0]: MetricInfo(*facts) for facts in _core.metric_facts()}
 
 PASSING_METRICS: tuple[str, ...] = tuple(m.name for m in METRICS.values() if m.passes_sanity)

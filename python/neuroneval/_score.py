@@ -11,34 +11,13 @@ import polars as pl
 
 from . import _core
 from ._coerce import as_pairs
-from ._registry import METRICS
-from .errors import EmptyInputError, ParameterError, ShapeError, UnknownMetricError
+from .errors import ShapeError
+from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, ScoreParams, metric_list
 from .sources import Source, open_activations, open_concepts
 
-__all__ = ["compute", "score", "check_k", "metric_list", "DEFAULT_ALPHA", "DEFAULT_TOP_RANDOM_ALPHA"]
-
-DEFAULT_ALPHA = 0.005
-DEFAULT_TOP_RANDOM_ALPHA = 0.002
+__all__ = ["compute", "score", "scores"]
 
 Array = npt.NDArray[np.float64]
-
-
-def metric_list(metrics: str | Sequence[str] | None) -> list[str]:
-    if metrics is None:
-        return list(METRICS)
-    names = [metrics] if isinstance(metrics, str) else list(metrics)
-    if not names:
-        raise EmptyInputError("no metric was requested")
-    for n in names:
-        if n not in METRICS:
-            raise UnknownMetricError(f"unknown metric {n!r}; known metrics: {', '.join(METRICS)}")
-    return names
-
-
-def check_seed(seed: int) -> int:
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2**64:
-        raise ParameterError(f"seed must be an integer in [0, 2^64); got {seed!r}")
-    return int(seed)
 
 
 def compute(
@@ -85,7 +64,9 @@ def compute(
     array([[1.]])
     """
     acts, conc = _inputs(activations, concepts)
-    return _compute(acts, conc, metrics, alpha, lam, k, top_alpha, seed, pairs)
+    names = metric_list(metrics)
+    params = ScoreParams(alpha=alpha, lam=lam, k=k, top_alpha=top_alpha, seed=seed)
+    return scores(acts, conc, names, params, None if pairs is None else as_pairs(pairs))
 
 
 def _inputs(activations: Any, concepts: Any) -> tuple[Source, Source]:
@@ -96,30 +77,13 @@ def _inputs(activations: Any, concepts: Any) -> tuple[Source, Source]:
     return acts, conc
 
 
-def check_k(k: Any) -> int:
-    """k as a machine integer; the core checks k >= 1."""
-    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 0 <= k < 2**63:
-        raise ParameterError(f"k must be an integer in [1, 2^63); got {k!r}")
-    return int(k)
-
-
-def _compute(
-    acts: Source,
-    conc: Source,
-    metrics: str | Sequence[str] | None,
-    alpha: float,
-    lam: float,
-    k: int,
-    top_alpha: float,
-    seed: int,
-    pairs: Any,
-) -> dict[str, Array]:
-    names = metric_list(metrics)
-    args = (names, float(alpha), float(lam), check_k(k), float(top_alpha), check_seed(seed))
+def scores(acts: Source, conc: Source, names: list[str], params: ScoreParams, pairs: Any = None) -> dict[str, Array]:
+    """Each metric of `names` for two opened sources: (K, T) arrays, or (M,) for an (M, 2)
+    int64 `pairs` array. The one call into the core's scoring, for `compute` and `score`."""
     if pairs is None:
-        values = _core.score_matrix(acts.core, conc.core, *args)
+        values = _core.score_matrix(acts.core, conc.core, names, params)
     else:
-        values = _core.score_pairs(acts.core, conc.core, as_pairs(pairs), *args)
+        values = _core.score_pairs(acts.core, conc.core, pairs, names, params)
     return dict(zip(names, values, strict=True))
 
 
@@ -159,7 +123,9 @@ def score(
     unit_names = acts.names if unit_names is None else unit_names
     concept_names = conc.names if concept_names is None else concept_names
     pair_array = None if pairs is None else as_pairs(pairs)
-    values = _compute(acts, conc, metrics, alpha, lam, k, top_alpha, seed, pair_array)
+    names = metric_list(metrics)
+    params = ScoreParams(alpha=alpha, lam=lam, k=k, top_alpha=top_alpha, seed=seed)
+    values = scores(acts, conc, names, params, pair_array)
     if pair_array is None:
         unit_idx = np.repeat(np.arange(n_units), n_concepts)
         concept_idx = np.tile(np.arange(n_concepts), n_units)

@@ -55,6 +55,7 @@ from .errors import (
     ParameterError,
     ShapeError,
 )
+from .params import ScoreParams
 
 __all__ = [
     "CONFIGURATIONS",
@@ -205,7 +206,7 @@ class Plan:
 
     def write(self, path: Any) -> Any:
         """One parquet file holding the draws, the pairs and the plan's parameters."""
-        from ._files import write_atomic
+        from .files import write_atomic
 
         return write_atomic(path, self._frame().write_parquet)
 
@@ -312,6 +313,7 @@ def plan(
         )
     if sampling not in ("mgis", "uniform"):
         raise ParameterError(f"sampling must be 'mgis' or 'uniform'; got {sampling!r}")
+    ScoreParams(seed=seed)  # the one seed rule
     gamma = _check_gamma(gamma)
     for names, count, what in ((unit_names, n_units, "unit_names"), (explanations, n_concepts, "explanations")):
         if names is not None and len(names) != count:
@@ -614,6 +616,7 @@ def estimate(
         raise ParameterError(f"level must lie in (0, 1); got {level}")
     if not isinstance(bootstrap, int) or bootstrap < 0:
         raise ParameterError(f"bootstrap must be a non-negative integer; got {bootstrap!r}")
+    ScoreParams(seed=seed)  # the one seed rule
     missing = {"pair", "input", "label"} - set(labels.columns)
     if missing:
         raise ShapeError(f"labels lack the column(s) {sorted(missing)}")
@@ -696,7 +699,7 @@ class Simulation:
 
     def plot(self, path: Any) -> Any:
         """RCE against ratings per pair (log scale), one line per configuration, the target dashed (PNG)."""
-        from ._files import write_atomic
+        from .files import write_atomic
 
         def draw(p: Any) -> None:
             try:
@@ -771,6 +774,7 @@ def simulate(
     prior: float | Literal["model"] = 0.05,
     target: float = 0.275,
     seed: int = 0,
+    progress: bool = True,
 ) -> Simulation:
     """Simulate crowdsourced correlation estimates on real data, to choose a budget.
 
@@ -791,8 +795,11 @@ def simulate(
     pairs : array_like, shape (M, 2)
     budgets : sequence of int
         Ratings per pair.
+    progress : bool
+        A progress bar over (configuration, budget) steps on a terminal.
     """
     from ._score import compute
+    from .progress import Progress
 
     a = as_matrix(activations, "activations").astype(np.float64)
     y = as_matrix(labels, "labels").astype(np.float64)
@@ -808,6 +815,7 @@ def simulate(
         raise ParameterError(f"eta must lie in (0, 0.5); got {eta}")
     if not isinstance(raters_per_input, (int, np.integer)) or raters_per_input < 1:
         raise ParameterError(f"raters_per_input must be a positive integer; got {raters_per_input!r}")
+    ScoreParams(seed=seed)  # the one seed rule
     for sampling, method in configurations:
         if sampling not in ("mgis", "uniform") or method not in ("bragg", "majority", "mean"):
             raise ParameterError(
@@ -829,6 +837,7 @@ def simulate(
         raise ParameterError("every pair needs a defined, nonzero true correlation (RCE divides by it)")
     n = a.shape[0]
     rows = []
+    bar = Progress(progress).bar("simulating", total=len(configurations) * len(budget_list), unit="step")
     for ci, (sampling, method) in enumerate(configurations):
         for budget in budget_list:
             n_draws = budget // raters_per_input
@@ -876,5 +885,7 @@ def simulate(
                     "ratings": float(used.mean()),
                 }
             )
+            bar.update(1)
+    bar.close()
     pair_table = pl.DataFrame({"unit": pair_array[:, 0], "concept": pair_array[:, 1], "rho": rho})
     return Simulation(pl.DataFrame(rows), pair_table, float(target), float(eta), int(trials), tuple(budget_list))

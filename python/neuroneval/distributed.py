@@ -31,21 +31,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _core
-from ._evaluate import (
-    _blocks,
-    _check_out,
-    _merge,
-    _open_state,
-    _plan,
-    _Progress,
-    _write_part,
-    partial_dir,
-    read_columns,
-    score_block,
-)
-from ._score import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA
+from . import _core, _evaluate
+from ._evaluate import partial_dir
 from .errors import ParameterError, SourceError
+from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, ScoreParams
+from .progress import Progress
 from .sources import Source, open_activations
 
 __all__ = ["evaluate", "DEFAULT_TASKS"]
@@ -61,7 +51,8 @@ DEFAULT_MAX_RETRIES = 3
 class _Shared:
     """What every task of one run needs, put in the object store once."""
 
-    args: tuple[list[str], float, float, int, float, int]
+    names: list[str]
+    params: ScoreParams
     top: int | None
     conc: Source  # its core in memory
     bounds: list[tuple[int, int]]
@@ -130,19 +121,21 @@ def evaluate(
     if num_cpus is not None and (isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1):
         raise ParameterError(f"num_cpus must be a positive integer; got {num_cpus!r}")
     # evaluate's own checks, in evaluate's order: every input error is raised here.
-    plan = _plan(
-        activations, concepts, metrics, alpha, lam, k, top_alpha, seed, keep, units_per_task, unit_names, concept_names
-    )
+    params = ScoreParams(alpha=alpha, lam=lam, k=k, top_alpha=top_alpha, seed=seed)
+    plan = _evaluate.plan_run(activations, concepts, metrics, params, keep, units_per_task, unit_names, concept_names)
     if units_per_task is None:
-        plan.bounds = _blocks(plan.acts, plan.conc.n_columns, _default_units(plan.acts, plan.conc.n_columns))
-    del plan.prepared  # the driver only validated the concepts; each worker prepares its own
-    out = _check_out(out).resolve()
+        plan.bounds = _evaluate.unit_blocks(
+            plan.acts, plan.conc.n_columns, _default_units(plan.acts, plan.conc.n_columns)
+        )
+    plan.prepared = None  # the driver only validated the concepts; each worker prepares its own
+    out = _evaluate.check_out(out).resolve()
     ray = _import_ray()
-    report = _Progress(progress)
+    report = Progress(progress)
     work = partial_dir(out)
-    done = _open_state(work, plan.state(), restart, report)
+    done = _evaluate.open_state(work, plan.state(), restart, report)
     shared = _Shared(
-        args=plan.args,
+        names=plan.names,
+        params=plan.params,
         top=plan.top,
         conc=_in_memory(plan.conc),
         bounds=plan.bounds,
@@ -157,7 +150,7 @@ def evaluate(
     todo = [i for i in range(len(plan.bounds)) if i not in done]
     if todo:
         _run_tasks(ray, shared, todo, len(plan.bounds), address, num_cpus, cpus_per_task, max_retries, report)
-    _merge(work, len(plan.bounds), out)
+    _evaluate.merge_parts(work, len(plan.bounds), out)
     shutil.rmtree(work, ignore_errors=True)
     return out
 
@@ -171,7 +164,7 @@ def _run_tasks(
     num_cpus: int | None,
     cpus_per_task: int,
     max_retries: int,
-    report: _Progress,
+    report: Progress,
 ) -> None:
     """Submits one task per block in `todo` and waits for all of them: on the Ray runtime
     this process already runs, else on one started here (and stopped after)."""
@@ -186,12 +179,11 @@ def _run_tasks(
         task = ray.remote(_score_part).options(num_cpus=cpus_per_task, max_retries=max_retries, retry_exceptions=False)
         ref = ray.put(shared)
         pending = [_submit(task, ref, i, cpus_per_task) for i in todo]
-        finished = n_blocks - len(todo)
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            ray.get(ready)  # raises a task's error (after its retries)
-            finished += len(ready)
-            report.bar("scoring", finished, n_blocks)
+        with report.bar("scoring", total=n_blocks, initial=n_blocks - len(todo), unit="block") as bar:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                ray.get(ready)  # raises a task's error (after its retries)
+                bar.update(len(ready))
     finally:
         if started:
             ray.shutdown()
@@ -211,7 +203,7 @@ def _import_ray() -> Any:
 
 
 def _default_units(acts: Source, n_concepts: int) -> int:
-    start, stop = _blocks(acts, n_concepts, None)[0]  # evaluate's default block
+    start, stop = _evaluate.unit_blocks(acts, n_concepts, None)[0]  # evaluate's default block
     return max(1, min(stop - start, math.ceil(acts.n_columns / DEFAULT_TASKS)))
 
 
@@ -250,17 +242,19 @@ def _score_part(shared: _Shared, block: int, threads: int) -> tuple[int, int]:
     os.environ["NEURONEVAL_NUM_THREADS"] = str(threads)
     prepared, acts = _worker_state(shared)
     start, stop = shared.bounds[block]
-    data = read_columns(acts, start, stop)
-    frame = score_block(data, prepared, shared.args, start, stop, acts, shared.conc, shared.top)
+    data = _evaluate.read_columns(acts, start, stop)
+    frame = _evaluate.score_block(
+        data, prepared, shared.names, shared.params, start, stop, acts, shared.conc, shared.top
+    )
     del data
-    _write_part(Path(shared.work), block, frame)
+    _evaluate.write_part(Path(shared.work), block, frame)
     return block, os.getpid()
 
 
 def _worker_state(shared: _Shared) -> tuple[_core.PreparedConcepts, Source]:
     key = shared.run
     if key not in _CACHE:
-        prepared = _core.prepare_concepts(shared.conc.core, shared.args[0])
+        prepared = _core.prepare_concepts(shared.conc.core, shared.names)
         if shared.acts is not None:
             acts = shared.acts
         else:

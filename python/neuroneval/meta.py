@@ -19,8 +19,9 @@ import polars as pl
 
 from . import _core
 from ._registry import METRICS
-from ._score import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, compute, metric_list
+from ._score import compute
 from .errors import EmptyInputError, LabelError, ParameterError, ShapeError
+from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, metric_list
 
 __all__ = [
     "ALPHA_GRID",

@@ -20,16 +20,18 @@ array([[1.],
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import inspect
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _core
 from ._coerce import as_matrix, is_torch_tensor
-from ._registry import METRICS
-from ._score import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, compute
+from ._registry import METRICS, MetricInfo
+from ._score import compute
 from .errors import ShapeError
+from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA
 
 Array = npt.NDArray[np.float64]
 
@@ -42,45 +44,36 @@ __all__ = [
 ]
 
 
-class PlainMetric(Protocol):
-    def __call__(self, activations: Any, concepts: Any, *, pairs: Any = None) -> Array: ...
+class MetricFunction(Protocol):
+    """A metric of `neuroneval.METRICS` as a function: `metrics.<name>(activations, concepts,
+    *, <its parameters>, pairs=None)`."""
+
+    __name__: str
+
+    def __call__(self, activations: Any, concepts: Any, *, pairs: Any = None, **params: Any) -> Array: ...
 
 
-class AlphaMetric(Protocol):
-    def __call__(
-        self, activations: Any, concepts: Any, *, alpha: float = DEFAULT_ALPHA, pairs: Any = None
-    ) -> Array: ...
+#: Each parameter a metric may take: (name, default, the `compute` keyword, its doc).
+_ALPHA = ("alpha", DEFAULT_ALPHA, "alpha", "Top-alpha fraction that binarises each unit, 0 < alpha <= 1.")
+_LAMBDA = ("lam", 1.0, "lam", "Weight of the concept's log mean, >= 0.")
+_SAMPLING = (
+    ("alpha", DEFAULT_TOP_RANDOM_ALPHA, "top_alpha", "The top fraction the k top inputs are drawn from."),
+    ("k", 25, "k", "Inputs drawn from the top and from all inputs, each."),
+    ("seed", 0, "seed", "Seed of the draw (each unit draws its own subset)."),
+)
 
 
-class WpmiMetric(Protocol):
-    def __call__(
-        self,
-        activations: Any,
-        concepts: Any,
-        *,
-        alpha: float = DEFAULT_ALPHA,
-        lam: float = 1.0,
-        pairs: Any = None,
-    ) -> Array: ...
+def _parameters(info: MetricInfo) -> tuple[tuple[str, Any, str, str], ...]:
+    """The parameters a metric takes, from its facts (`MetricInfo`)."""
+    if info.uses_sampling:
+        return _SAMPLING
+    return ((_ALPHA,) if info.uses_alpha else ()) + ((_LAMBDA,) if info.uses_lambda else ())
 
 
-class SampledMetric(Protocol):
-    def __call__(
-        self,
-        activations: Any,
-        concepts: Any,
-        *,
-        alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
-        k: int = 25,
-        seed: int = 0,
-        pairs: Any = None,
-    ) -> Array: ...
-
-
-def _doc(name: str, params: str) -> str:
-    info = METRICS[name]
+def _doc(info: MetricInfo, parameters: tuple[tuple[str, Any, str, str], ...]) -> str:
     rng = "data-dependent" if info.value_range is None else f"[{info.value_range[0]:g}, {info.value_range[1]:g}]"
     verdict = "passes" if info.passes_sanity else "fails"
+    params = "".join(f"{name} : {type(default).__name__}\n    {doc}\n" for name, default, _, doc in parameters)
     return (
         f"{info.description}.\n\nRange {rng}; the NeuronEval sanity checks: {verdict}.\n\n"
         f"Parameters\n----------\nactivations : array_like, shape (N, K)\n"
@@ -90,82 +83,42 @@ def _doc(name: str, params: str) -> str:
     )
 
 
-def _plain(name: str) -> PlainMetric:
-    def metric(activations: Any, concepts: Any, *, pairs: Any = None) -> Array:
-        return compute(activations, concepts, [name], pairs=pairs)[name]
+def _metric(info: MetricInfo) -> MetricFunction:
+    """The function of one metric, taking only the parameters its facts say it uses."""
+    name, parameters = info.name, _parameters(info)
+    defaults = {p[0]: p[1] for p in parameters}
+    keywords = {p[0]: p[2] for p in parameters}
 
-    metric.__name__ = metric.__qualname__ = name
-    metric.__doc__ = _doc(name, "")
-    return metric
+    def metric(activations: Any, concepts: Any, *, pairs: Any = None, **params: Any) -> Array:
+        for key in params:
+            if key not in keywords:
+                raise TypeError(f"{name}() got an unexpected keyword argument {key!r}")
+        given = {keywords[key]: params.get(key, default) for key, default in defaults.items()}
+        return compute(activations, concepts, [name], pairs=pairs, **given)[name]
 
-
-def _alpha(name: str) -> AlphaMetric:
-    def metric(activations: Any, concepts: Any, *, alpha: float = DEFAULT_ALPHA, pairs: Any = None) -> Array:
-        return compute(activations, concepts, [name], alpha=alpha, pairs=pairs)[name]
-
-    metric.__name__ = metric.__qualname__ = name
-    metric.__doc__ = _doc(name, "alpha : float\n    Top-alpha fraction that binarises each unit, 0 < alpha <= 1.\n")
-    return metric
-
-
-def _wpmi() -> WpmiMetric:
-    def wpmi(
-        activations: Any, concepts: Any, *, alpha: float = DEFAULT_ALPHA, lam: float = 1.0, pairs: Any = None
-    ) -> Array:
-        return compute(activations, concepts, ["wpmi"], alpha=alpha, lam=lam, pairs=pairs)["wpmi"]
-
-    wpmi.__doc__ = _doc(
-        "wpmi",
-        "alpha : float\n    Top-alpha fraction, 0 < alpha <= 1.\nlam : float\n    Weight of the concept's log mean, >= 0.\n",
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    metric.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter("activations", positional, annotation=Any),
+            inspect.Parameter("concepts", positional, annotation=Any),
+            *(inspect.Parameter(p[0], keyword, default=p[1], annotation=type(p[1])) for p in parameters),
+            inspect.Parameter("pairs", keyword, default=None, annotation=Any),
+        ],
+        return_annotation=Array,
     )
-    return wpmi
-
-
-def _sampled(name: str) -> SampledMetric:
-    def metric(
-        activations: Any,
-        concepts: Any,
-        *,
-        alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
-        k: int = 25,
-        seed: int = 0,
-        pairs: Any = None,
-    ) -> Array:
-        return compute(activations, concepts, [name], top_alpha=alpha, k=k, seed=seed, pairs=pairs)[name]
-
     metric.__name__ = metric.__qualname__ = name
-    metric.__doc__ = _doc(
-        name,
-        "alpha : float\n    The top fraction the k top inputs are drawn from.\nk : int\n"
-        "    Inputs drawn from the top and from all inputs, each.\nseed : int\n    Seed of the draw (each unit draws its own subset).\n",
-    )
+    metric.__module__ = __name__
+    metric.__doc__ = _doc(info, parameters)
     return metric
 
 
-recall = _alpha("recall")
-precision = _alpha("precision")
-f1 = _alpha("f1")
-iou = _alpha("iou")
-accuracy = _alpha("accuracy")
-balanced_accuracy = _alpha("balanced_accuracy")
-inverse_balanced_accuracy = _alpha("inverse_balanced_accuracy")
-auc = _alpha("auc")
-inverse_auc = _plain("inverse_auc")
-auprc = _alpha("auprc")
-inverse_auprc = _plain("inverse_auprc")
-correlation = _plain("correlation")
-spearman = _plain("spearman")
-cosine = _plain("cosine")
-wpmi = _wpmi()
-mad = _plain("mad")
-correlation_top_random = _sampled("correlation_top_random")
-spearman_top_random = _sampled("spearman_top_random")
-combined_auc = _alpha("combined_auc")
-combined_balanced_accuracy = _alpha("combined_balanced_accuracy")
-recall_auc = _alpha("recall_auc")
-recall_inverse_auc = _alpha("recall_inverse_auc")
-precision_balanced_accuracy = _alpha("precision_balanced_accuracy")
-precision_inverse_balanced_accuracy = _alpha("precision_inverse_balanced_accuracy")
+# One function per metric, generated from the core's facts: `metrics.recall`, `metrics.wpmi`, ...
+globals().update({info.name: _metric(info) for info in METRICS.values()})
+
+if TYPE_CHECKING:
+
+    def __getattr__(name: str) -> MetricFunction: ...
 
 
 def _as_column(x: Any) -> Any:

@@ -35,12 +35,14 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from . import _core
 from ._coerce import as_matrix
-from ._files import write_atomic, write_files_atomic
 from ._registry import METRICS
-from ._score import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, compute, metric_list
+from ._score import compute
 from .errors import ConceptRangeError, EmptyInputError, NonFiniteError, ParameterError, ShapeError
+from .files import write_atomic, write_files_atomic
 from .meta import _truth_indices, split_units, tune
+from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, ScoreParams, metric_list
 
 __all__ = [
     "EPSILON",
@@ -52,7 +54,6 @@ __all__ = [
     "experimental",
     "extra_labels",
     "missing_labels",
-    "table_scores",
     "theoretical",
 ]
 
@@ -89,7 +90,6 @@ PAPER_TABLE3: dict[str, tuple[float, float, float, float]] = {
     "inverse_auprc": (99.15, 100, 95.58, 89.54),
 }
 
-_LOG_FLOOR = math.log(1e-8)  # wpmi's log(max(c, 1e-8)) at c = 0
 _MISSING, _EXTRA = 1, 2  # stream tags: the two perturbations never share random numbers
 
 
@@ -165,8 +165,7 @@ def extra_labels(concepts: Any, rate: float = 2.0, seed: int = 0) -> Array:
 
 
 def _check_seed(seed: Any) -> None:
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
-        raise ParameterError(f"seed must be a non-negative integer; got {seed!r}")
+    ScoreParams(seed=seed)  # the one seed rule: an integer in [0, 2^64)
 
 
 def _stream(seed: int, tag: int, column: int) -> np.random.Generator:
@@ -571,86 +570,13 @@ def _experimental_run(
 # Theoretical protocol
 
 
-def table_scores(n: Any, n11: Any, n10: Any, n01: Any, metrics: Sequence[str], lam: float = 1.0) -> dict[str, Array]:
-    """Every metric of a binary unit a against a binary concept c, from their 2x2 table.
-
-    n11 = #(a=1, c=1), n10 = #(a=1, c=0), n01 = #(a=0, c=1) among n inputs (arrays
-    broadcast). The unit is used as already binarised (b = a, no top-alpha), as the
-    theoretical test does. The values equal what the kernels return for such vectors (the
-    tests check every 2x2 table of a small N); undefined is NaN as everywhere. The
-    top-random metrics are not functions of the table alone (`theoretical` draws their
-    subset); spearman equals correlation here, as midranks of a 0/1 vector are affine in it.
-
-    Examples
-    --------
-    >>> s = table_scores(10, 2, 1, 1, ["recall", "f1", "correlation"])
-    >>> {m: round(float(v), 4) for m, v in s.items()}
-    {'recall': 0.6667, 'f1': 0.6667, 'correlation': 0.5238}
-    """
-    n, tp, fp, fn = (np.asarray(v, dtype=np.float64) for v in (n, n11, n10, n01))
-    nb, ny = tp + fp, tp + fn
-    tn = n - tp - fp - fn
-    with np.errstate(divide="ignore", invalid="ignore"):
-
-        def ratio(x: Array, y: Array) -> Array:
-            return np.where(y == 0, np.nan, x / np.where(y == 0, 1.0, y))
-
-        def degenerate(positives: Array, v: Array) -> Array:
-            return np.where((positives == 0) | (positives == n), np.nan, v)
-
-        def ap(label_pos: Array, hits: Array, score_pos: Array) -> Array:
-            # Binary score: threshold 1 (score_pos inputs, hits of them positive), then 0.
-            recall1 = ratio(hits, label_pos)
-            first = np.where(score_pos > 0, recall1 * ratio(hits, score_pos), 0.0)
-            rest = np.where(score_pos < n, (1.0 - np.where(score_pos > 0, recall1, 0.0)) * label_pos / n, 0.0)
-            return np.where(label_pos == 0, np.nan, first + rest)
-
-        def phi() -> Array:
-            denominator = np.sqrt(nb * (n - nb) * ny * (n - ny))
-            return ratio(tp * tn - fp * fn, denominator)
-
-        base: dict[str, Array] = {
-            "recall": ratio(tp, nb),
-            "precision": ratio(tp, ny),
-            "f1": ratio(2 * tp, nb + ny),
-            "iou": ratio(tp, nb + ny - tp),
-            "accuracy": (tp + tn) / n,
-            "balanced_accuracy": (ratio(tp, nb) + ratio(tn, n - nb)) / 2,
-            "inverse_balanced_accuracy": (ratio(tp, ny) + ratio(tn, n - ny)) / 2,
-            # Mann-Whitney with midranks: a tied (positive, negative) pair counts 1/2.
-            "auc": degenerate(nb, ratio(tp * tn + 0.5 * (tp * fn + fp * tn), nb * (n - nb))),
-            "inverse_auc": degenerate(ny, ratio(tp * tn + 0.5 * (tp * fp + fn * tn), ny * (n - ny))),
-            "auprc": ap(nb, tp, ny),
-            "inverse_auprc": ap(ny, tp, nb),
-            "correlation": phi(),
-            "spearman": phi(),
-            "cosine": ratio(tp, np.sqrt(nb * ny)),
-            "wpmi": np.where(
-                ny == 0, np.nan, ratio(fp * _LOG_FLOOR, nb) - lam * np.log(np.where(ny == 0, 1.0, ny / n))
-            ),
-            "mad": degenerate(ny, ratio(tp, ny) - ratio(fp, n - ny)),
-        }
-        out: dict[str, Array] = {}
-        for m in metrics:
-            parts = _COMPONENTS.get(m)
-            if parts is not None:
-                x, y = base[parts[0]], base[parts[1]]
-                out[m] = 2 * x * y / (x + y)
-            elif m in base:
-                out[m] = base[m]
-            else:
-                raise ParameterError(f"{m} is not a function of the 2x2 table (it draws a random subset)")
-    return out
-
-
-_COMPONENTS: dict[str, tuple[str, str]] = {
-    "combined_auc": ("auc", "inverse_auc"),
-    "combined_balanced_accuracy": ("balanced_accuracy", "inverse_balanced_accuracy"),
-    "recall_auc": ("recall", "auc"),
-    "recall_inverse_auc": ("recall", "inverse_auc"),
-    "precision_balanced_accuracy": ("precision", "balanced_accuracy"),
-    "precision_inverse_balanced_accuracy": ("precision", "inverse_balanced_accuracy"),
-}
+def _table_scores(n: Any, n11: Any, n10: Any, n01: Any, metrics: list[str], lam: float) -> dict[str, Array]:
+    """The core's scores of 2x2 tables (`_core.table_scores`: the pair kernel's formulas for a
+    binary unit, used as already binarised, against a binary concept), counts broadcast."""
+    counts = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (n, n11, n10, n01)))
+    n_, n11_, n10_, n01_ = (np.ascontiguousarray(c.reshape(-1)) for c in counts)
+    values = _core.table_scores(n_, n11_, n10_, n01_, metrics, lam)
+    return {m: v.reshape(counts[0].shape) for m, v in zip(metrics, values, strict=True)}
 
 
 def theoretical(
@@ -670,7 +596,8 @@ def theoretical(
 
     A perfect unit a = c with its first floor(gamma n) inputs 1 and the rest 0. Each seed
     perturbs c; the score decreased or it did not. Every metric of a binary unit against a
-    binary concept is a function of their 2x2 table (`table_scores`), and the perturbations
+    binary concept is a function of their 2x2 table (the pair kernel's formulas, applied by the
+    core to the counts: `_core.table_scores`), and the perturbations
     only move counts: missing labels keep X ~ Binomial(P, keep) of the P labels, extra labels
     add E ~ Binomial(n - P, min(p, 1)). So each seed draws two binomials instead of n
     Bernoulli variables, with the same distribution of every score. The top-random metrics
@@ -703,8 +630,7 @@ def theoretical(
         raise ParameterError(f"keep must be a probability in [0, 1]; got {keep}")
     if not (math.isfinite(rate) and rate >= 1.0):
         raise ParameterError(f"rate must be a finite number >= 1; got {rate}")
-    if not isinstance(k, (int, np.integer)) or k < 1:
-        raise ParameterError(f"k must be a positive integer; got {k!r}")
+    ScoreParams(k=k, lam=lam, seed=seed)
 
     # scores[version][metric] has shape (gammas, seeds)
     scores: dict[str, dict[str, list[Array]]] = {v: {m: [] for m in names} for v in ("original", "missing", "extra")}
@@ -722,11 +648,11 @@ def theoretical(
         subset = _top_random_subsets(rng, n, p_count, kept, added, k, seeds)
         for version, (n11, n10, n01) in tables.items():
             plain = [m for m in names if not METRICS[m].uses_sampling]
-            values = table_scores(n, n11, n10, n01, plain, lam)
+            values = _table_scores(n, n11, n10, n01, plain, lam)
             for m in names:
                 if METRICS[m].uses_sampling:
                     n11s, n10s, n01s = subset[version]
-                    s = table_scores(subset["size"], n11s, n10s, n01s, ["correlation"])["correlation"]
+                    s = _table_scores(subset["size"], n11s, n10s, n01s, ["correlation"], 1.0)["correlation"]
                 else:
                     s = values[m]
                 scores[version][m].append(np.broadcast_to(s, (seeds,)).astype(np.float64))

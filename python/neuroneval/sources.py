@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -46,7 +47,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ._coerce import as_matrix
-from .errors import DTypeError, EmptyInputError, ShapeError, SourceError
+from .errors import DTypeError, EmptyInputError, PairIndexError, ShapeError, SourceError
+from .files import write_atomic
 
 __all__ = [
     "MANIFEST",
@@ -54,7 +56,11 @@ __all__ = [
     "open_activations",
     "open_concepts",
     "read_concept_table",
+    "read_manifest",
     "read_names",
+    "read_pairs",
+    "read_truth",
+    "write_manifest",
     "write_shards",
     "write_triplet_shards",
 ]
@@ -114,6 +120,36 @@ class Source:
         else:
             core = self.core[:, start:stop]
         return replace(self, shape=(self.n_rows, stop - start), core=core, names=names)
+
+    def dense(self, columns: Sequence[int] | npt.NDArray[np.integer] | None = None) -> np.ndarray:
+        """The source (or the listed `columns`, in that order) as one in-memory (N, len) array
+        in its own dtype: sparse entries scattered into zeros, shards stacked.
+
+        Examples
+        --------
+        >>> import numpy as np, scipy.sparse as sp
+        >>> src = open_activations(sp.csr_matrix(np.array([[0.0, 2.0], [1.5, 0.0]])))
+        >>> src.dense([1]).tolist()
+        [[2.0], [0.0]]
+        """
+        cols = np.arange(self.n_columns) if columns is None else np.asarray(columns, dtype=np.int64).reshape(-1)
+        if cols.size and (cols.min() < 0 or cols.max() >= self.n_columns):
+            raise ShapeError(
+                f"column {int(cols[(cols < 0) | (cols >= self.n_columns)][0])} is outside 0..{self.n_columns}"
+            )
+        core = self.core
+        if isinstance(core, tuple):  # CSC: (rows, indptr, indices, values)
+            _, indptr, indices, values = core
+            out = np.zeros((self.n_rows, cols.size), dtype=values.dtype)
+            for j, c in enumerate(cols):
+                lo, hi = int(indptr[c]), int(indptr[c + 1])
+                out[indices[lo:hi], j] = values[lo:hi]
+            return out
+        if isinstance(core, list):  # dense row shards
+            if columns is None:
+                return np.concatenate([np.asarray(s) for s in core], axis=0)
+            return np.concatenate([np.asarray(s[:, cols]) for s in core], axis=0)
+        return np.asarray(core) if columns is None else np.asarray(np.asarray(core)[:, cols])
 
     def row_chunks(self, rows: int) -> Iterator[np.ndarray]:
         """Dense row-major chunks of about `rows` rows, in order, each read once from disk
@@ -298,7 +334,9 @@ def _from_triplets(shape: tuple[int, int], rows: np.ndarray, cols: np.ndarray, v
     return Source("sparse", shape, core, values.dtype)
 
 
-def _read_manifest(directory: Path) -> dict[str, Any]:
+def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """The `manifest.json` of a shard directory, checked for the fields every reader needs."""
+    directory = Path(directory)
     path = directory / MANIFEST
     if not path.is_file():
         raise SourceError(f"{directory} is a directory without {MANIFEST}; see neuroneval.sources.write_shards")
@@ -315,7 +353,7 @@ def _read_manifest(directory: Path) -> dict[str, Any]:
 
 
 def _open_shards(directory: Path, what: str) -> Source:
-    manifest = _read_manifest(directory)
+    manifest = read_manifest(directory)
     n, k = int(manifest["n_rows"]), int(manifest["n_columns"])
     files = [directory / s["file"] for s in manifest["shards"]]
     for f in files:
@@ -526,20 +564,15 @@ def write_shards(
         raise EmptyInputError("write_shards needs at least one shard")
     if names is not None and len(names) != k:
         raise ShapeError(f"{len(names)} names for {k} columns")
-    manifest = {
-        "format": _FORMAT,
-        "version": 1,
-        "layout": "dense",
-        "n_rows": sum(int(e["rows"]) for e in entries),
-        "n_columns": k,
-        "dtype": str(np.asarray(shards[0]).dtype),
-        "names": None if names is None else [str(n) for n in names],
-        "shards": entries,
-        **(extra or {}),
-    }
-    tmp = directory / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-    os.replace(tmp, directory / MANIFEST)
+    write_manifest(
+        directory,
+        layout="dense",
+        n_rows=sum(int(e["rows"]) for e in entries),
+        n_columns=k,
+        shards=entries,
+        names=names,
+        extra={"dtype": str(np.asarray(shards[0]).dtype), **(extra or {})},
+    )
     return directory
 
 
@@ -576,16 +609,195 @@ def write_triplet_shards(
         name = f"shard-{i:05d}.npz"
         np.savez(directory / name, row=row, unit=unit, value=value)
         entries.append({"file": name, "entries": int(row.size)})
-    manifest = {
+    write_manifest(directory, layout="triplets", n_rows=n, n_columns=k, shards=entries, names=names)
+    return directory
+
+
+def write_manifest(
+    directory: str | os.PathLike[str],
+    *,
+    layout: str,
+    n_rows: int,
+    n_columns: int,
+    shards: Sequence[dict[str, Any]],
+    names: Sequence[str] | None = None,
+    extra: dict[str, Any] | None = None,
+    file_name: str = MANIFEST,
+) -> Path:
+    """Writes a shard directory's manifest atomically (the one writer of the format), after
+    its shards: a directory whose manifest exists is whole. The manifest holds the format tag,
+    the layout (`"dense"` or `"triplets"`), the shape, the column names and the shard list,
+    then any `extra` keys. `file_name` lets a writer keep an unfinished run's manifest under
+    another name. Returns the manifest's path.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> path = write_manifest(tempfile.mkdtemp(), layout="dense", n_rows=0, n_columns=2, shards=[])
+    >>> read_manifest(path.parent)["n_columns"]
+    2
+    """
+    if layout not in ("dense", "triplets"):
+        raise SourceError(f"unknown shard layout {layout!r} (expected 'dense' or 'triplets')")
+    if names is not None and len(names) != n_columns:
+        raise ShapeError(f"{len(names)} names for {n_columns} columns")
+    fields = {
         "format": _FORMAT,
         "version": 1,
-        "layout": "triplets",
-        "n_rows": n,
-        "n_columns": k,
+        "layout": layout,
+        "n_rows": int(n_rows),
+        "n_columns": int(n_columns),
         "names": None if names is None else [str(x) for x in names],
-        "shards": entries,
+        "shards": list(shards),
+        **(extra or {}),
     }
-    tmp = directory / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-    os.replace(tmp, directory / MANIFEST)
-    return directory
+    text = json.dumps(fields, indent=1)
+    return write_atomic(Path(directory) / file_name, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def _load_index_npy(p: Path, what: str) -> np.ndarray:
+    """An integer index array from a `.npy` file (`what`: "pairs", "truth")."""
+    try:
+        arr: np.ndarray = np.load(p, allow_pickle=False)
+    except Exception as e:  # numpy raises ValueError, OSError, EOFError, ... on corrupt files
+        raise SourceError(f"{what} file {p} is not a valid .npy file: {e}") from e
+    return arr
+
+
+def read_pairs(
+    path: str | os.PathLike[str], *, n_units: int | None = None, n_concepts: int | None = None
+) -> npt.NDArray[np.int64]:
+    """(unit, concept) index pairs, in file order, from a CSV file with integer columns `unit`
+    and `concept`, or from a `.npy` file holding an (M, 2) integer array.
+
+    With `n_units` and `n_concepts`, the pairs are also checked against that shape: at least
+    one pair, every index inside it.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "pairs.csv")
+    >>> _ = open(p, "w").write("unit,concept\\n3,0\\n1,2\\n")
+    >>> read_pairs(p).tolist()
+    [[3, 0], [1, 2]]
+    >>> read_pairs(p, n_units=3, n_concepts=3)
+    Traceback (most recent call last):
+    ...
+    neuroneval.errors.PairIndexError: pairs file ... row 0: pair (3, 0) is outside 3 units x 3 concepts
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"pairs file {p} does not exist")
+    if p.suffix == ".npy":
+        arr = _load_index_npy(p, "pairs")
+        if arr.ndim != 2 or arr.shape[1] != 2 or arr.dtype.kind not in "iu":
+            raise SourceError(
+                f"pairs file {p} holds a {arr.dtype} array of shape {arr.shape}; expected (M, 2) integers"
+            )
+        pairs = np.ascontiguousarray(arr, dtype=np.int64)
+    elif p.suffix == ".csv":
+        import polars as pl
+
+        try:
+            table = pl.read_csv(p)
+        except Exception as e:  # polars raises many kinds; all mean the file is unreadable
+            raise SourceError(f"cannot read the pairs file {p}: {e}") from e
+        missing = [c for c in ("unit", "concept") if c not in table.columns]
+        if missing:
+            raise SourceError(f"pairs file {p} lacks the column(s) {missing}; it has {table.columns}")
+        try:
+            columns = [table[c].cast(pl.Int64, strict=True) for c in ("unit", "concept")]
+        except Exception as e:
+            raise SourceError(f"pairs file {p}: 'unit' and 'concept' must hold integer indices ({e})") from e
+        if any(c.null_count() for c in columns):
+            raise SourceError(f"pairs file {p} has empty cells")
+        pairs = np.column_stack([c.to_numpy() for c in columns]).astype(np.int64, copy=False).reshape(-1, 2)
+    else:
+        raise SourceError(f"cannot read pairs from {p}: expected a .csv or .npy file")
+    if n_units is not None and n_concepts is not None:
+        if pairs.shape[0] == 0:
+            raise EmptyInputError(f"pairs file {p} holds no pair")
+        units, concepts = pairs[:, 0], pairs[:, 1]
+        bad = (units < 0) | (units >= n_units) | (concepts < 0) | (concepts >= n_concepts)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise PairIndexError(
+                f"pairs file {p} row {i}: pair ({pairs[i, 0]}, {pairs[i, 1]}) is outside "
+                f"{n_units:,} units x {n_concepts:,} concepts"
+            )
+    return pairs
+
+
+def read_truth(
+    path: str | os.PathLike[str], n_units: int, n_concepts: int, concept_names: Sequence[str] | None = None
+) -> npt.NDArray[np.int64]:
+    """Each unit's correct concept index, from a `.npy` file of `n_units` integer concept
+    indices, or a text file with one line per unit.
+
+    A line that is one of `concept_names` is that concept (names win: a concept may be named
+    "3"); otherwise it must be an integer index. Trailing blank lines are ignored. Every index
+    must lie in 0..n_concepts - 1.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "truth.txt")
+    >>> _ = open(p, "w").write("dog\\n2\\ncat\\n")
+    >>> read_truth(p, 3, 3, ["cat", "dog", "bird"]).tolist()
+    [1, 2, 0]
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"truth file {p} does not exist")
+    if p.suffix == ".npy":
+        arr = _load_index_npy(p, "truth")
+        if arr.ndim != 1 or arr.dtype.kind not in "iu":
+            raise SourceError(
+                f"truth file {p} holds a {arr.dtype} array of shape {arr.shape}; "
+                f"expected ({n_units},) integer concept indices"
+            )
+        if arr.shape[0] != n_units:
+            raise ShapeError(f"truth file {p} has {arr.shape[0]} entries for {n_units} units")
+        idx: npt.NDArray[np.int64] = arr.astype(np.int64)
+        place = "entry"
+    else:
+        idx = _truth_lines(p, n_units, concept_names)
+        place = "line"
+    bad = (idx < 0) | (idx >= n_concepts)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        where = f"entry {i}" if place == "entry" else f"line {i + 1}"
+        raise ShapeError(f"truth file {p} {where}: concept index {idx[i]} is out of range 0..{n_concepts - 1}")
+    return idx
+
+
+def _truth_lines(p: Path, n_units: int, concept_names: Sequence[str] | None) -> npt.NDArray[np.int64]:
+    """The concept indices of a truth text file: a concept name or an index per line."""
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise SourceError(f"truth file {p} is not UTF-8 text (or give a .npy file of indices): {e}") from e
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if len(lines) != n_units:
+        raise ShapeError(f"truth file {p} has {len(lines)} lines for {n_units} units")
+    column_of = {name: i for i, name in enumerate(concept_names or [])}
+    idx = np.empty(len(lines), dtype=np.int64)
+    for i, line in enumerate(lines):
+        text = line.strip()
+        hit = column_of.get(line, column_of.get(text))
+        if hit is not None:
+            idx[i] = hit
+        elif re.fullmatch(r"[+-]?[0-9]+", text):
+            idx[i] = int(text)
+        elif not text:
+            raise SourceError(f"truth file {p} line {i + 1} is empty")
+        elif concept_names is None:
+            raise SourceError(
+                f"truth file {p} line {i + 1}: {text!r} is not a concept index, and the concepts have no "
+                "names to match (give --concept-names)"
+            )
+        else:
+            known = ", ".join(repr(n) for n in list(column_of)[:5]) + (", ..." if len(column_of) > 5 else "")
+            raise SourceError(f"truth file {p} line {i + 1}: unknown concept name {text!r} (known: {known})")
+    return idx

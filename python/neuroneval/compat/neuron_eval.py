@@ -76,45 +76,36 @@ array([1., 1.])
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from .._coerce import is_torch_tensor
+from .._registry import METRICS, MetricInfo
 from .._score import compute
 from ..errors import ShapeError
 
-__all__ = [
-    "accuracy",
-    "auc",
-    "auprc",
-    "balanced_accuracy",
-    "combined_auc",
-    "combined_balanced_acc",
-    "correlation",
-    "correlation_top_and_random",
-    "cos_sim",
-    "f1_score",
-    "inverse_auc",
-    "inverse_auprc",
-    "inverse_balanced_accuracy",
-    "iou",
-    "mad",
-    "precision",
-    "precision_bal_acc",
-    "precision_inverse_bal_acc",
-    "recall",
-    "recall_auc",
-    "recall_inv_auc",
-    "spearman_correlation",
-    "spearman_correlation_top_and_random",
-    "wpmi",
-]
-
-_F = TypeVar("_F", bound=Callable[..., Any])
 _Array = npt.NDArray[np.float64]
+
+#: The reference's names where they differ from neuroneval's (every other name is the same).
+_REFERENCE_NAME = {
+    "f1": "f1_score",
+    "spearman": "spearman_correlation",
+    "cosine": "cos_sim",
+    "correlation_top_random": "correlation_top_and_random",
+    "spearman_top_random": "spearman_correlation_top_and_random",
+    "combined_balanced_accuracy": "combined_balanced_acc",
+    "recall_inverse_auc": "recall_inv_auc",
+    "precision_balanced_accuracy": "precision_bal_acc",
+    "precision_inverse_balanced_accuracy": "precision_inverse_bal_acc",
+}
+#: Where the reference gives alpha a default (elsewhere a binarising metric requires it).
+_ALPHA_DEFAULT = {"iou": 0.01}
+
+__all__ = sorted(_REFERENCE_NAME.get(m, m) for m in METRICS)
 
 
 def _as_columns(x: Any, name: str) -> tuple[Any, tuple[int, ...]]:
@@ -175,182 +166,88 @@ _IN = (
     "concept_prob : array_like or torch.Tensor, shape (N, T) or (N,)\n"
     "    Concept probabilities in [0, 1], one column per concept.\n"
 )
-_ALPHA = "alpha : float\n    Top fraction of inputs that binarises each unit, 0 < alpha <= 1.\n"
 _PAIRED = (
     "paired : bool, default False, keyword-only\n"
     "    Score column j of neuron_act against column j of concept_prob only (both (N, D)): shape (D,).\n"
     "    Not in the reference.\n"
 )
-
-
-def _doc(summary: str, name: str, params: str = "", extra: str = "") -> Callable[[_F], _F]:
-    """Give a compat function its numpydoc docstring."""
-
-    def wrap(f: _F) -> _F:
-        f.__doc__ = (
-            f"{summary}\n\nneuroneval's ``{name}`` (SPEC section 3) under the reference's name and signature;\n"
-            f"see the module docstring for where it differs from the reference.{extra}\n\n"
-            f"Parameters\n----------\n{_IN}{params}{_PAIRED}\n"
-            "Returns\n-------\nnumpy.ndarray, numpy.float64 or torch.Tensor\n"
-            "    Shape (K, T): unit k against concept t; a 1-D input drops its axis; (D,) when paired.\n"
-            "    NaN where undefined.\n\n"
-            f"See Also\n--------\nneuroneval.metrics.{name}\n"
-        )
-        return f
-
-    return wrap
-
-
-@_doc("Recall: TP / |b|, the share of a unit's top inputs that show the concept.", "recall", _ALPHA)
-def recall(neuron_act: Any, concept_prob: Any, alpha: float, *, paired: bool = False) -> Any:
-    return _score("recall", neuron_act, concept_prob, paired, alpha=alpha)
-
-
-@_doc("Precision: TP / |y|, the share of the concept's inputs that are top inputs.", "precision", _ALPHA)
-def precision(neuron_act: Any, concept_prob: Any, alpha: float, *, paired: bool = False) -> Any:
-    return _score("precision", neuron_act, concept_prob, paired, alpha=alpha)
-
-
-@_doc("F1 score: 2TP / (2TP + FP + FN).", "f1", _ALPHA)
-def f1_score(neuron_act: Any, concept_prob: Any, alpha: float, *, paired: bool = False) -> Any:
-    return _score("f1", neuron_act, concept_prob, paired, alpha=alpha)
-
-
-@_doc(
-    "Intersection over union: TP / (|b| + |y| - TP).",
-    "iou",
-    "alpha : float, default 0.01\n    Top fraction of inputs that binarises each unit, 0 < alpha <= 1.\n",
-)
-def iou(neuron_act: Any, concept_prob: Any, alpha: float = 0.01, *, paired: bool = False) -> Any:
-    return _score("iou", neuron_act, concept_prob, paired, alpha=alpha)
-
-
-@_doc("Accuracy: (TP + TN) / N.", "accuracy", _ALPHA)
-def accuracy(neuron_act: Any, concept_prob: Any, alpha: float, *, paired: bool = False) -> Any:
-    return _score("accuracy", neuron_act, concept_prob, paired, alpha=alpha)
-
-
-@_doc("Balanced accuracy: the mean of the rates on b = 1 and on b = 0.", "balanced_accuracy", _ALPHA)
-def balanced_accuracy(neuron_act: Any, concept_prob: Any, alpha: float, *, paired: bool = False) -> Any:
-    return _score("balanced_accuracy", neuron_act, concept_prob, paired, alpha=alpha)
-
-
-@_doc("Inverse balanced accuracy: the mean of the rates on y = 1 and on y = 0.", "inverse_balanced_accuracy", _ALPHA)
-def inverse_balanced_accuracy(neuron_act: Any, concept_prob: Any, alpha: float, *, paired: bool = False) -> Any:
-    return _score("inverse_balanced_accuracy", neuron_act, concept_prob, paired, alpha=alpha)
-
-
-@_doc("ROC AUC with the binarised unit as label and the concept probability as score.", "auc", _ALPHA)
-def auc(neuron_act: Any, concept_prob: Any, alpha: float, *, paired: bool = False) -> Any:
-    return _score("auc", neuron_act, concept_prob, paired, alpha=alpha)
-
-
-@_doc("ROC AUC with the concept (>= 0.5) as label and the raw activation as score.", "inverse_auc")
-def inverse_auc(neuron_act: Any, concept_prob: Any, *, paired: bool = False) -> Any:
-    return _score("inverse_auc", neuron_act, concept_prob, paired)
-
-
-@_doc("Average precision with the binarised unit as label and the concept probability as score.", "auprc", _ALPHA)
-def auprc(neuron_act: Any, concept_prob: Any, alpha: float, *, paired: bool = False) -> Any:
-    return _score("auprc", neuron_act, concept_prob, paired, alpha=alpha)
-
-
-@_doc("Average precision with the concept (>= 0.5) as label and the raw activation as score.", "inverse_auprc")
-def inverse_auprc(neuron_act: Any, concept_prob: Any, *, paired: bool = False) -> Any:
-    return _score("inverse_auprc", neuron_act, concept_prob, paired)
-
-
-@_doc(
-    "Pearson correlation of activation and concept probability over all N inputs.",
-    "correlation",
+_SCALING = (
     "reference_scaling : bool, default False, keyword-only\n"
-    "    Multiply by (N-1)/N, reproducing the reference's r * (N-1)/N.\n",
-    "\nReturns the true Pearson r unless reference_scaling is set.",
+    "    Multiply by (N-1)/N, reproducing the reference's r * (N-1)/N.\n"
 )
-def correlation(neuron_act: Any, concept_prob: Any, *, reference_scaling: bool = False, paired: bool = False) -> Any:
-    return _score("correlation", neuron_act, concept_prob, paired, scale=reference_scaling)
-
-
 _TOP_RANDOM = (
     "k : int, default 25\n    Inputs drawn from the unit's top inputs, and again from all inputs.\n"
     "alpha : float, default 0.002\n    The top fraction the first k inputs are drawn from.\n"
     "seed : int, default 0, keyword-only\n    Seed of the draw; each unit draws its own subset. Not in the reference.\n"
 )
 
-
-@_doc(
-    "Pearson correlation on k of a unit's top inputs plus k random inputs.",
-    "correlation_top_random",
-    _TOP_RANDOM,
-    "\nPositional order (k, alpha) as in the reference.",
-)
-def correlation_top_and_random(
-    neuron_act: Any, concept_prob: Any, k: int = 25, alpha: float = 0.002, *, seed: int = 0, paired: bool = False
-) -> Any:
-    return _score("correlation_top_random", neuron_act, concept_prob, paired, k=k, top_alpha=alpha, seed=seed)
+_POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
+_KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
 
-@_doc("Spearman correlation (Pearson r of midranks) over all N inputs.", "spearman")
-def spearman_correlation(neuron_act: Any, concept_prob: Any, *, paired: bool = False) -> Any:
-    return _score("spearman", neuron_act, concept_prob, paired)
+def _signature(info: MetricInfo) -> tuple[inspect.Signature, str, str]:
+    """The reference's signature of a metric, from its facts: the parameters, their
+    numpydoc, and a note on where the function differs from the metric's plain form."""
+    params = [inspect.Parameter("neuron_act", _POSITIONAL), inspect.Parameter("concept_prob", _POSITIONAL)]
+    doc, note = "", ""
+    if info.uses_sampling:
+        params += [
+            inspect.Parameter("k", _POSITIONAL, default=25),
+            inspect.Parameter("alpha", _POSITIONAL, default=0.002),
+            inspect.Parameter("seed", _KEYWORD, default=0),
+        ]
+        doc, note = _TOP_RANDOM, "\nPositional order (k, alpha) as in the reference."
+    elif info.uses_alpha:
+        default = _ALPHA_DEFAULT.get(info.name, inspect.Parameter.empty)
+        params.append(inspect.Parameter("alpha", _POSITIONAL, default=default))
+        shown = "" if default is inspect.Parameter.empty else f", default {default}"
+        doc = f"alpha : float{shown}\n    Top fraction of inputs that binarises each unit, 0 < alpha <= 1.\n"
+        if info.uses_lambda:
+            params.append(inspect.Parameter("lam", _POSITIONAL, default=1))
+            doc += "lam : float, default 1\n    Weight of the concept's log mean, >= 0.\n"
+    if info.name == "correlation":
+        params.append(inspect.Parameter("reference_scaling", _KEYWORD, default=False))
+        doc, note = _SCALING, "\nReturns the true Pearson r unless reference_scaling is set."
+    params.append(inspect.Parameter("paired", _KEYWORD, default=False))
+    return inspect.Signature(params), doc, note
 
 
-@_doc(
-    "Spearman correlation on k of a unit's top inputs plus k random inputs.",
-    "spearman_top_random",
-    _TOP_RANDOM,
-    "\nPositional order (k, alpha) as in the reference.",
-)
-def spearman_correlation_top_and_random(
-    neuron_act: Any, concept_prob: Any, k: int = 25, alpha: float = 0.002, *, seed: int = 0, paired: bool = False
-) -> Any:
-    return _score("spearman_top_random", neuron_act, concept_prob, paired, k=k, top_alpha=alpha, seed=seed)
+def _reference_function(info: MetricInfo) -> Callable[..., Any]:
+    """One metric under the reference's name and signature (see the module docstring)."""
+    name = _REFERENCE_NAME.get(info.name, info.name)
+    signature, params_doc, note = _signature(info)
+
+    def function(*args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{name}(): {e}") from None
+        bound.apply_defaults()
+        given = dict(bound.arguments)
+        act, prob, paired = given.pop("neuron_act"), given.pop("concept_prob"), given.pop("paired")
+        scale = bool(given.pop("reference_scaling", False))
+        if info.uses_sampling:
+            given["top_alpha"] = given.pop("alpha")
+        return _score(info.name, act, prob, paired, scale=scale, **given)
+
+    function.__signature__ = signature  # type: ignore[attr-defined]
+    function.__name__ = function.__qualname__ = name
+    function.__module__ = __name__
+    function.__doc__ = (
+        f"{info.name}: {info.description}.\n\nneuroneval's ``{info.name}`` (SPEC section 3) under the reference's "
+        f"name and signature;\nsee the module docstring for where it differs from the reference.{note}\n\n"
+        f"Parameters\n----------\n{_IN}{params_doc}{_PAIRED}\n"
+        "Returns\n-------\nnumpy.ndarray, numpy.float64 or torch.Tensor\n"
+        "    Shape (K, T): unit k against concept t; a 1-D input drops its axis; (D,) when paired.\n"
+        "    NaN where undefined.\n\n"
+        f"See Also\n--------\nneuroneval.metrics.{info.name}\n"
+    )
+    return function
 
 
-@_doc("Cosine similarity <a, c> / (|a| |c|).", "cosine")
-def cos_sim(neuron_act: Any, concept_prob: Any, *, paired: bool = False) -> Any:
-    return _score("cosine", neuron_act, concept_prob, paired)
+# One function per metric, generated from the core's facts.
+globals().update({_REFERENCE_NAME.get(m, m): _reference_function(info) for m, info in METRICS.items()})
 
+if TYPE_CHECKING:
 
-@_doc(
-    "Weighted pointwise mutual information: mean log c over the top inputs minus lam * log mean c.",
-    "wpmi",
-    _ALPHA + "lam : float, default 1\n    Weight of the concept's log mean, >= 0.\n",
-)
-def wpmi(neuron_act: Any, concept_prob: Any, alpha: float, lam: float = 1, *, paired: bool = False) -> Any:
-    return _score("wpmi", neuron_act, concept_prob, paired, alpha=alpha, lam=lam)
-
-
-@_doc("Mean activation difference: mean a on y = 1 minus mean a on y = 0.", "mad")
-def mad(neuron_act: Any, concept_prob: Any, *, paired: bool = False) -> Any:
-    return _score("mad", neuron_act, concept_prob, paired)
-
-
-@_doc("Harmonic mean of auc and inverse_auc.", "combined_auc", _ALPHA)
-def combined_auc(neuron_act: Any, concept_prob: Any, alpha: float, *, paired: bool = False) -> Any:
-    return _score("combined_auc", neuron_act, concept_prob, paired, alpha=alpha)
-
-
-@_doc("Harmonic mean of balanced_accuracy and inverse_balanced_accuracy.", "combined_balanced_accuracy", _ALPHA)
-def combined_balanced_acc(neuron_act: Any, concept_prob: Any, alpha: float, *, paired: bool = False) -> Any:
-    return _score("combined_balanced_accuracy", neuron_act, concept_prob, paired, alpha=alpha)
-
-
-@_doc("Harmonic mean of recall and auc.", "recall_auc", _ALPHA)
-def recall_auc(neuron_act: Any, concept_prob: Any, alpha: float, *, paired: bool = False) -> Any:
-    return _score("recall_auc", neuron_act, concept_prob, paired, alpha=alpha)
-
-
-@_doc("Harmonic mean of recall and inverse_auc.", "recall_inverse_auc", _ALPHA)
-def recall_inv_auc(neuron_act: Any, concept_prob: Any, alpha: float, *, paired: bool = False) -> Any:
-    return _score("recall_inverse_auc", neuron_act, concept_prob, paired, alpha=alpha)
-
-
-@_doc("Harmonic mean of precision and balanced_accuracy.", "precision_balanced_accuracy", _ALPHA)
-def precision_bal_acc(neuron_act: Any, concept_prob: Any, alpha: float, *, paired: bool = False) -> Any:
-    return _score("precision_balanced_accuracy", neuron_act, concept_prob, paired, alpha=alpha)
-
-
-@_doc("Harmonic mean of precision and inverse_balanced_accuracy.", "precision_inverse_balanced_accuracy", _ALPHA)
-def precision_inverse_bal_acc(neuron_act: Any, concept_prob: Any, alpha: float, *, paired: bool = False) -> Any:
-    return _score("precision_inverse_balanced_accuracy", neuron_act, concept_prob, paired, alpha=alpha)
+    def __getattr__(name: str) -> Callable[..., Any]: ...

@@ -8,7 +8,8 @@ use rayon::prelude::*;
 
 use crate::error::{CoreError, Result};
 use crate::metric::Needs;
-use crate::ranks::{rank, robust_norm};
+use crate::numeric::robust_norm;
+use crate::ranks::rank;
 use crate::source::MatrixSource;
 
 /// Above this fraction of nonzero concept entries, products run as dense matrix products.

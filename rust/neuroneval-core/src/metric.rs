@@ -2,90 +2,124 @@
 
 use crate::error::{CoreError, Result};
 
-/// One evaluation metric s_M(a_k, c_t).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Metric {
-    Recall,
-    Precision,
-    F1,
-    Iou,
-    Accuracy,
-    BalancedAccuracy,
-    InverseBalancedAccuracy,
-    Auc,
-    InverseAuc,
-    Auprc,
-    InverseAuprc,
-    Correlation,
-    Spearman,
-    Cosine,
-    Wpmi,
-    Mad,
-    CorrelationTopRandom,
-    SpearmanTopRandom,
-    CombinedAuc,
-    CombinedBalancedAccuracy,
-    RecallAuc,
-    RecallInverseAuc,
-    PrecisionBalancedAccuracy,
-    PrecisionInverseBalancedAccuracy,
+/// What one metric is, as users see it: its name, the parameters it takes, the range the
+/// sanity checks normalise by, and the NeuronEval paper's sanity-check verdict.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MetricFacts {
+    /// The name `score` and the metric functions use.
+    pub name: &'static str,
+    /// Whether it binarises the unit at its top-alpha fraction.
+    pub uses_alpha: bool,
+    /// Whether it takes wpmi's lambda.
+    pub uses_lambda: bool,
+    /// Whether it draws a seeded random subset (k, top alpha, seed).
+    pub uses_sampling: bool,
+    /// The range the sanity checks normalise by; None for data-ranged metrics.
+    pub value_range: Option<(f64, f64)>,
+    /// Whether the NeuronEval paper found it passes both sanity checks.
+    pub passes_sanity: bool,
+    /// One line on what it measures.
+    pub description: &'static str,
+}
+
+const UNIT: Option<(f64, f64)> = Some((0.0, 1.0));
+const SIGNED: Option<(f64, f64)> = Some((-1.0, 1.0));
+const DATA: Option<(f64, f64)> = None;
+
+/// Declares every metric once: the enum, its canonical order ([`Metric::ALL`]), its names
+/// and its facts all come from this one table.
+macro_rules! metrics {
+    ($(
+        $variant:ident $name:literal
+        alpha $alpha:literal, lambda $lambda:literal, sampling $sampling:literal,
+        range $range:ident, passes $passes:literal,
+        $description:literal;
+    )*) => {
+        /// One evaluation metric s_M(a_k, c_t).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Metric {
+            $($variant,)*
+        }
+
+        impl Metric {
+            /// Every metric, in the library's canonical order.
+            pub const ALL: [Metric; [$(stringify!($variant)),*].len()] = [$(Metric::$variant),*];
+
+            /// The metric's facts (name, parameters, range, sanity verdict).
+            pub const fn facts(self) -> MetricFacts {
+                match self {
+                    $(Metric::$variant => MetricFacts {
+                        name: $name,
+                        uses_alpha: $alpha,
+                        uses_lambda: $lambda,
+                        uses_sampling: $sampling,
+                        value_range: $range,
+                        passes_sanity: $passes,
+                        description: $description,
+                    },)*
+                }
+            }
+        }
+    };
+}
+
+metrics! {
+    Recall "recall" alpha true, lambda false, sampling false, range UNIT, passes false,
+        "TP / |b|: share of top-activating inputs that show the concept";
+    Precision "precision" alpha true, lambda false, sampling false, range UNIT, passes false,
+        "TP / |y|: share of concept inputs that are top-activating";
+    F1 "f1" alpha true, lambda false, sampling false, range UNIT, passes true,
+        "2TP / (2TP + FP + FN)";
+    Iou "iou" alpha true, lambda false, sampling false, range UNIT, passes true,
+        "TP / (|b| + |y| - TP)";
+    Accuracy "accuracy" alpha true, lambda false, sampling false, range UNIT, passes false,
+        "(TP + TN) / N";
+    BalancedAccuracy "balanced_accuracy" alpha true, lambda false, sampling false, range UNIT,
+        passes false, "mean of the rates on b = 1 and b = 0";
+    InverseBalancedAccuracy "inverse_balanced_accuracy" alpha true, lambda false, sampling false,
+        range UNIT, passes false, "mean of the rates on y = 1 and y = 0";
+    Auc "auc" alpha true, lambda false, sampling false, range UNIT, passes false,
+        "ROC AUC, label b, score c";
+    InverseAuc "inverse_auc" alpha false, lambda false, sampling false, range UNIT, passes false,
+        "ROC AUC, label y, score a";
+    Auprc "auprc" alpha true, lambda false, sampling false, range UNIT, passes true,
+        "average precision, label b, score c";
+    InverseAuprc "inverse_auprc" alpha false, lambda false, sampling false, range UNIT,
+        passes false, "average precision, label y, score a";
+    Correlation "correlation" alpha false, lambda false, sampling false, range SIGNED,
+        passes true, "Pearson r(a, c) over all inputs";
+    Spearman "spearman" alpha false, lambda false, sampling false, range SIGNED, passes false,
+        "Pearson r of the midranks of a and c";
+    Cosine "cosine" alpha false, lambda false, sampling false, range SIGNED, passes true,
+        "<a, c> / (|a| |c|)";
+    Wpmi "wpmi" alpha true, lambda true, sampling false, range DATA, passes false,
+        "mean log c over b minus lambda log mean c";
+    Mad "mad" alpha false, lambda false, sampling false, range DATA, passes false,
+        "mean a on y = 1 minus mean a on y = 0";
+    CorrelationTopRandom "correlation_top_random" alpha false, lambda false, sampling true,
+        range SIGNED, passes false, "Pearson r on k top + k random inputs";
+    SpearmanTopRandom "spearman_top_random" alpha false, lambda false, sampling true,
+        range SIGNED, passes false, "Spearman on k top + k random inputs";
+    CombinedAuc "combined_auc" alpha true, lambda false, sampling false, range UNIT,
+        passes false, "harmonic mean of auc and inverse_auc";
+    CombinedBalancedAccuracy "combined_balanced_accuracy" alpha true, lambda false,
+        sampling false, range UNIT, passes false,
+        "harmonic mean of balanced_accuracy and inverse_balanced_accuracy";
+    RecallAuc "recall_auc" alpha true, lambda false, sampling false, range UNIT, passes false,
+        "harmonic mean of recall and auc";
+    RecallInverseAuc "recall_inverse_auc" alpha true, lambda false, sampling false, range UNIT,
+        passes false, "harmonic mean of recall and inverse_auc";
+    PrecisionBalancedAccuracy "precision_balanced_accuracy" alpha true, lambda false,
+        sampling false, range UNIT, passes false,
+        "harmonic mean of precision and balanced_accuracy";
+    PrecisionInverseBalancedAccuracy "precision_inverse_balanced_accuracy" alpha true,
+        lambda false, sampling false, range UNIT, passes false,
+        "harmonic mean of precision and inverse_balanced_accuracy";
 }
 
 impl Metric {
-    pub const ALL: [Metric; 24] = [
-        Metric::Recall,
-        Metric::Precision,
-        Metric::F1,
-        Metric::Iou,
-        Metric::Accuracy,
-        Metric::BalancedAccuracy,
-        Metric::InverseBalancedAccuracy,
-        Metric::Auc,
-        Metric::InverseAuc,
-        Metric::Auprc,
-        Metric::InverseAuprc,
-        Metric::Correlation,
-        Metric::Spearman,
-        Metric::Cosine,
-        Metric::Wpmi,
-        Metric::Mad,
-        Metric::CorrelationTopRandom,
-        Metric::SpearmanTopRandom,
-        Metric::CombinedAuc,
-        Metric::CombinedBalancedAccuracy,
-        Metric::RecallAuc,
-        Metric::RecallInverseAuc,
-        Metric::PrecisionBalancedAccuracy,
-        Metric::PrecisionInverseBalancedAccuracy,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Metric::Recall => "recall",
-            Metric::Precision => "precision",
-            Metric::F1 => "f1",
-            Metric::Iou => "iou",
-            Metric::Accuracy => "accuracy",
-            Metric::BalancedAccuracy => "balanced_accuracy",
-            Metric::InverseBalancedAccuracy => "inverse_balanced_accuracy",
-            Metric::Auc => "auc",
-            Metric::InverseAuc => "inverse_auc",
-            Metric::Auprc => "auprc",
-            Metric::InverseAuprc => "inverse_auprc",
-            Metric::Correlation => "correlation",
-            Metric::Spearman => "spearman",
-            Metric::Cosine => "cosine",
-            Metric::Wpmi => "wpmi",
-            Metric::Mad => "mad",
-            Metric::CorrelationTopRandom => "correlation_top_random",
-            Metric::SpearmanTopRandom => "spearman_top_random",
-            Metric::CombinedAuc => "combined_auc",
-            Metric::CombinedBalancedAccuracy => "combined_balanced_accuracy",
-            Metric::RecallAuc => "recall_auc",
-            Metric::RecallInverseAuc => "recall_inverse_auc",
-            Metric::PrecisionBalancedAccuracy => "precision_balanced_accuracy",
-            Metric::PrecisionInverseBalancedAccuracy => "precision_inverse_balanced_accuracy",
-        }
+    pub const fn name(self) -> &'static str {
+        self.facts().name
     }
 
     pub fn from_name(name: &str) -> Result<Metric> {
@@ -207,8 +241,10 @@ impl Needs {
     }
 }
 
-/// Parameters shared by all metrics of one call.
-#[derive(Clone, Copy, Debug)]
+/// Parameters shared by all metrics of one call. Every range rule of them lives in
+/// [`Params::validate`] (and the integer domains of `k` and `seed` in [`K_RULE`] and
+/// [`SEED_RULE`], which a binding reports when a value does not fit the field's type).
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Params {
     /// Top-alpha fraction for binarising a unit (SPEC section 2).
     pub alpha: f64,
@@ -234,22 +270,31 @@ impl Default for Params {
     }
 }
 
+/// The domain of `k`, the samples per half of the top-random subset.
+pub const K_RULE: &str = "k must be an integer >= 1";
+/// The domain of `seed`: any 64-bit unsigned integer.
+pub const SEED_RULE: &str = "seed must be an integer in [0, 2^64)";
+/// The domain of `lam`, wpmi's lambda.
+pub const LAMBDA_RULE: &str = "lam (wpmi's lambda) must be a finite number >= 0";
+
 impl Params {
+    /// Checks every parameter's range; the one home of these rules. Errors name the
+    /// parameters as users pass them (alpha, lam, k, top_alpha, seed).
     pub fn validate(&self) -> Result<()> {
         check_fraction("alpha", self.alpha)?;
-        check_fraction("top_random_alpha", self.top_random_alpha)?;
+        check_fraction("top_alpha", self.top_random_alpha)?;
         if !(self.lambda.is_finite() && self.lambda >= 0.0) {
             return Err(CoreError::Parameter {
-                name: "lambda",
+                name: "lam",
                 value: self.lambda.to_string(),
-                reason: "must be a finite number >= 0",
+                reason: LAMBDA_RULE,
             });
         }
         if self.top_random_k == 0 {
             return Err(CoreError::Parameter {
                 name: "k",
                 value: "0".into(),
-                reason: "must be at least 1",
+                reason: K_RULE,
             });
         }
         Ok(())

@@ -4,8 +4,12 @@
 //! O(nnz) for sparse products, where nnz counts the concept's nonzero entries.
 
 use crate::concepts::ConceptColumn;
+use crate::error::{CoreError, Result};
 use crate::metric::{harmonic, Metric, Needs, Params};
-use crate::ranks::{ap_from_group_sizes, ap_with_tail, auc_from_rank_sum, rank, robust_norm};
+use crate::numeric::robust_norm;
+use crate::ranks::{
+    ap_from_group_sizes, ap_with_tail, auc_from_rank_sum, finish_ap, group_weight, rank,
+};
 use crate::unit::UnitProfile;
 
 /// log(max(c, 1e-8)) clips empty concepts as the reference implementation does.
@@ -145,6 +149,42 @@ struct PairStats {
     products: Products,
     top_random_corr: f64,
     top_random_spearman: f64,
+    unit: Moments,
+    concept: Moments,
+}
+
+/// What the metrics read of one side (a unit or a concept) on its own.
+#[derive(Clone, Copy, Debug, Default)]
+struct Moments {
+    mean: f64,
+    /// sum (x - mean x): 0 up to rounding
+    centred_sum: f64,
+    norm: f64,
+    centred_norm: f64,
+    /// the norm of the centred midranks
+    centred_rank_norm: f64,
+}
+
+impl Moments {
+    fn of_unit(unit: &UnitProfile) -> Moments {
+        Moments {
+            mean: unit.mean,
+            centred_sum: unit.centred_sum,
+            norm: unit.norm,
+            centred_norm: unit.centred_norm,
+            centred_rank_norm: unit.centred_rank_norm,
+        }
+    }
+
+    fn of_concept(col: &ConceptColumn) -> Moments {
+        Moments {
+            mean: col.mean,
+            centred_sum: 0.0,
+            norm: col.norm,
+            centred_norm: col.centred_norm,
+            centred_rank_norm: col.rank_centred_norm,
+        }
+    }
 }
 
 /// Scratch space reused across the pairs a thread scores.
@@ -219,6 +259,8 @@ impl PairKernel {
             n: n as f64,
             nb: unit.n_top as f64,
             ny: col.n_positive() as f64,
+            unit: Moments::of_unit(unit),
+            concept: Moments::of_concept(col),
             ..Default::default()
         };
         if needs.forward {
@@ -240,7 +282,7 @@ impl PairKernel {
             self.top_random(unit, col, &mut s);
         }
         for (m, o) in metrics.iter().zip(out.iter_mut()) {
-            *o = value(*m, &s, unit, col, params);
+            *o = value(*m, &s, params);
         }
     }
 
@@ -346,15 +388,10 @@ fn sparse_products(unit: &UnitProfile, col: &ConceptColumn, needs: &Needs) -> Pr
     p
 }
 
-fn value(
-    m: Metric,
-    s: &PairStats,
-    unit: &UnitProfile,
-    col: &ConceptColumn,
-    params: &Params,
-) -> f64 {
+fn value(m: Metric, s: &PairStats, params: &Params) -> f64 {
     use Metric::*;
     let tn = s.n - s.nb - s.ny + s.fwd.tp;
+    let (unit, col) = (&s.unit, &s.concept);
     match m {
         Recall => ratio(s.fwd.tp, s.nb),
         Precision => ratio(s.fwd.tp, s.ny),
@@ -380,7 +417,7 @@ fn value(
         Spearman => correlation_from(
             s.products.rank_cov,
             unit.centred_rank_norm,
-            col.rank_centred_norm,
+            col.centred_rank_norm,
         ),
         Wpmi => {
             if col.mean == 0.0 {
@@ -400,10 +437,7 @@ fn value(
             let (x, y) = combined
                 .components()
                 .expect("every other metric is a combination");
-            harmonic(
-                value(x, s, unit, col, params),
-                value(y, s, unit, col, params),
-            )
+            harmonic(value(x, s, params), value(y, s, params))
         }
     }
 }
@@ -415,5 +449,202 @@ fn nan_if_degenerate(positives: f64, n: f64, v: f64) -> f64 {
         f64::NAN
     } else {
         v
+    }
+}
+
+/// One 2x2 table of a binary unit a against a binary concept c over `n` inputs:
+/// n11 = #(a=1, c=1), n10 = #(a=1, c=0), n01 = #(a=0, c=1).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Table {
+    pub n: u64,
+    pub n11: u64,
+    pub n10: u64,
+    pub n01: u64,
+}
+
+impl Table {
+    /// The table of these counts, checked: whole numbers >= 0 that fit in `n` inputs.
+    pub fn new(n: f64, n11: f64, n10: f64, n01: f64) -> Result<Table> {
+        let whole = |v: f64| v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v < 2f64.powi(53);
+        if !(whole(n) && whole(n11) && whole(n10) && whole(n01)) || n < 1.0 || n11 + n10 + n01 > n {
+            return Err(CoreError::Parameter {
+                name: "table",
+                value: format!("(n={n}, n11={n11}, n10={n10}, n01={n01})"),
+                reason: "counts must be whole numbers >= 0 with n >= 1 and n11 + n10 + n01 <= n",
+            });
+        }
+        Ok(Table {
+            n: n as u64,
+            n11: n11 as u64,
+            n10: n10 as u64,
+            n01: n01 as u64,
+        })
+    }
+
+    /// The pair statistics the kernel would accumulate for these two binary vectors, with
+    /// the unit used as already binarised (its top set b is {a = 1}).
+    fn stats(&self) -> PairStats {
+        let (n, n11, n10, n01) = (
+            self.n as f64,
+            self.n11 as f64,
+            self.n10 as f64,
+            self.n01 as f64,
+        );
+        let (nb, ny) = (n11 + n10, n11 + n01);
+        // Ascending midranks of a 0/1 vector with `ones` ones: its zeros, then its ones.
+        let midranks = |ones: f64| ((n - ones + 1.0) / 2.0, (n - ones) + (ones + 1.0) / 2.0);
+        let (c_zero, c_one) = midranks(ny);
+        let (a_zero, a_one) = midranks(nb);
+        let moments = |ones: f64| {
+            let mean = ones / n;
+            // the centred norm of a 0/1 vector: sqrt(ones (1 - mean)^2 + (n - ones) mean^2)
+            let centred_norm = (ones * (n - ones) / n).sqrt();
+            Moments {
+                mean,
+                centred_sum: 0.0,
+                norm: ones.sqrt(),
+                centred_norm,
+                // The midranks of a 0/1 vector are affine in it with slope n / 2, so its
+                // rank products and norms are the plain ones times (n / 2)^2 and n / 2,
+                // which cancel in Spearman's ratio: the plain ones stand in for them.
+                centred_rank_norm: centred_norm,
+            }
+        };
+        let (unit, concept) = (moments(nb), moments(ny));
+        let cov = n11 - nb * concept.mean;
+        PairStats {
+            n,
+            nb,
+            ny,
+            fwd: ForwardSums {
+                tp: n11,
+                rank_sum: n11 * c_one + n10 * c_zero,
+                log_sum: n11 * clipped_log(1.0) + n10 * WPMI_FLOOR.ln(),
+                ap: binary_ap(self.n11 + self.n10, self.n11 + self.n01, self.n11, self.n),
+            },
+            inv: InverseSums {
+                centred_sum: n11 * (1.0 - unit.mean) - n01 * unit.mean,
+                rank_sum: n11 * a_one + n01 * a_zero,
+                ap: binary_ap(self.n11 + self.n01, self.n11 + self.n10, self.n11, self.n),
+            },
+            products: Products {
+                cov,
+                dot: n11,
+                rank_cov: cov,
+            },
+            top_random_corr: f64::NAN,
+            top_random_spearman: f64::NAN,
+            unit,
+            concept,
+        }
+    }
+}
+
+/// Average precision of a 0/1 score against labels with `n_pos` positives, of which `hits`
+/// are among the `scored_one` inputs scored 1: two tie groups, summed with the arithmetic of
+/// [`crate::ranks::ap_with_tail`] (a group of `hits` at threshold size `scored_one`, then
+/// the other positives at threshold size `n`).
+fn binary_ap(n_pos: u64, scored_one: u64, hits: u64, n: u64) -> f64 {
+    let mut sum = 0.0;
+    if hits > 0 {
+        sum += hits as f64 * hits as f64 * group_weight(scored_one as usize);
+    }
+    if n_pos > hits {
+        sum += (n_pos - hits) as f64 * n_pos as f64 * group_weight(n as usize);
+    }
+    finish_ap(sum, n_pos as usize)
+}
+
+/// Every metric in `metrics` of each 2x2 table: what the pair kernel returns for a binary
+/// unit (used as already binarised: b = a, no top-alpha cut) against a binary concept with
+/// these counts. `out[j][i]` is metric j of table i. The top-random metrics draw a subset,
+/// so they are not functions of the table and are rejected.
+pub fn table_scores(tables: &[Table], metrics: &[Metric], lambda: f64) -> Result<Vec<Vec<f64>>> {
+    for &m in metrics {
+        if m.facts().uses_sampling {
+            return Err(CoreError::Parameter {
+                name: "metrics",
+                value: m.name().to_string(),
+                reason: "a top-random metric draws a subset: it is not a function of the 2x2 table",
+            });
+        }
+    }
+    let params = Params {
+        lambda,
+        ..Params::default()
+    };
+    params.validate()?;
+    let mut out = vec![Vec::with_capacity(tables.len()); metrics.len()];
+    for t in tables {
+        let s = t.stats();
+        for (column, &m) in out.iter_mut().zip(metrics) {
+            column.push(value(m, &s, &params));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::MatrixView;
+
+    /// Every 2x2 table of n = 6 against the kernels on the materialised 0/1 vectors, the unit
+    /// binarised at exactly its ones (alpha = (nb - 0.5) / n).
+    #[test]
+    fn tables_match_the_kernels_on_binary_vectors() {
+        let n = 6usize;
+        let metrics: Vec<Metric> = Metric::ALL
+            .iter()
+            .copied()
+            .filter(|m| !m.facts().uses_sampling)
+            .collect();
+        for n11 in 0..=n {
+            for n10 in 0..=(n - n11) {
+                for n01 in 0..=(n - n11 - n10) {
+                    let nb = n11 + n10;
+                    if nb == 0 {
+                        continue;
+                    }
+                    let a: Vec<f64> = (0..n).map(|i| (i < nb) as u8 as f64).collect();
+                    let c: Vec<f64> = (0..n)
+                        .map(|i| (i < n11 || (nb..nb + n01).contains(&i)) as u8 as f64)
+                        .collect();
+                    let params = Params {
+                        alpha: (nb as f64 - 0.5) / n as f64,
+                        lambda: 0.7,
+                        ..Params::default()
+                    };
+                    let av = MatrixView::new(&a, n, 1, 1, n).unwrap();
+                    let cv = MatrixView::new(&c, n, 1, 1, n).unwrap();
+                    let kernel = crate::score_matrix(&av, &cv, &metrics, &params, 0).unwrap();
+                    let table = Table::new(n as f64, n11 as f64, n10 as f64, n01 as f64).unwrap();
+                    let got = table_scores(&[table], &metrics, 0.7).unwrap();
+                    for (j, m) in metrics.iter().enumerate() {
+                        let (k, t) = (kernel[j][0], got[j][0]);
+                        assert!(
+                            (k.is_nan() && t.is_nan()) || (k - t).abs() <= 1e-12,
+                            "{} of ({n11}, {n10}, {n01}): kernel {k}, table {t}",
+                            m.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tables_reject_sampled_metrics_and_bad_counts() {
+        let t = Table::new(10.0, 2.0, 1.0, 1.0).unwrap();
+        assert!(table_scores(&[t], &[Metric::CorrelationTopRandom], 1.0).is_err());
+        assert!(table_scores(&[t], &[Metric::Wpmi], -1.0).is_err());
+        for bad in [
+            (10.0, 2.5, 1.0, 1.0),
+            (10.0, 8.0, 2.0, 1.0),
+            (0.0, 0.0, 0.0, 0.0),
+            (5.0, -1.0, 0.0, 0.0),
+        ] {
+            assert!(Table::new(bad.0, bad.1, bad.2, bad.3).is_err(), "{bad:?}");
+        }
     }
 }

@@ -1,10 +1,9 @@
 //! Per-unit transforms: computed once per unit, shared by all of its concepts and metrics.
 
 use crate::metric::{top_count, Needs, Params};
-use crate::ranks::{
-    centred_rank_norm, lane_sum, rank, rank_into_with, robust_norm, robust_norm_slice, tie_term,
-    Ranking, SortScratch,
-};
+use crate::numeric::{lane_sum, robust_norm, robust_norm_slice};
+use crate::radix::SortScratch;
+use crate::ranks::{centred_rank_norm, rank, rank_into_with, tie_term, Ranking};
 use crate::rng::SplitMix64;
 
 /// What the pair kernels read about one unit a_k.
@@ -308,7 +307,7 @@ impl UnitProfile {
         sp.order.clear();
         sp.group_end.clear();
         if needs.order || needs.top_set || needs.top_random {
-            crate::ranks::sort_descending_into(values, &mut sp.order, scratch);
+            crate::radix::sort_descending_into(values, &mut sp.order, scratch);
         }
         if needs.order {
             self.centred_rank_norm = sparse_ranks(&mut sp, n);

@@ -79,7 +79,7 @@ proptest! {
     /// from a selection, so every sum over it runs in one order.
     #[test]
     fn top_alpha_set_is_ascending_on_both_paths(a in tied_vector(1..120), alpha in 0.001f64..=1.0) {
-        let order = neuroneval_core::ranks::sort_descending(&a);
+        let order = neuroneval_core::radix::sort_descending(&a);
         let from_order = top_alpha_set(&a, alpha, Some(&order));
         let from_selection = top_alpha_set(&a, alpha, None);
         prop_assert_eq!(&from_order, &from_selection);

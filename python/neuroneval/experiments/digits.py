@@ -1,8 +1,8 @@
 """End-to-end demo: train a small CNN on scikit-learn's digits, then ask which explanations fit its units.
 
-Run it with ``python -m neuroneval.demo [--out DIR]`` (``make demo``). It trains a tiny CNN on
-half of the 1,797 bundled 8x8 digit images (nothing is downloaded), each seen under 45 small
-shifts and rotations, and captures its hidden layers and its softmax outputs on the other half
+Run it with ``python -m neuroneval.experiments.digits [--out DIR]`` or ``neuroneval demo``
+(``make demo``). It trains a tiny CNN on half of the 1,797 bundled 8x8 digit images (nothing is
+downloaded), each seen under 45 small shifts and rotations, and captures its hidden layers and its softmax outputs on the other half
 under the same 45 transforms (the probe set: 40,455 inputs, the size of the paper's probing
 sets, so that even alpha = 0.0001 selects a handful of inputs). It scores every unit against
 17 concepts (the ten digits, six derived ones and heavy ink) with all 24 metrics, and writes
@@ -18,14 +18,13 @@ numbers are identical on every run (on the same machine and library versions).
 
 Examples
 --------
->>> from neuroneval import demo
->>> demo.main(["--out", "demo-out"])  # doctest: +SKIP
+>>> from neuroneval.experiments import digits
+>>> digits.main(["--out", "demo-out"])  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -43,10 +42,11 @@ from torch import nn
 import neuroneval
 import neuroneval.crowd
 import neuroneval.sanity
+from neuroneval import report
+from neuroneval.files import write_atomic
+from neuroneval.torch import capture, extract
 
-from . import report
-from ._files import write_atomic
-from .torch import capture, extract
+from .common import crowd_summary, spread_pairs, write_crowd, write_page
 
 __all__ = [
     "CONCEPT_NAMES",
@@ -288,7 +288,7 @@ def probe_digits(seed: int = 0, store: Path | None = None) -> DigitsProbe:
             stored = extract(
                 probe_model, x_probe, modules, store, reduce="mean", dtype="float32", resume=False, progress=False
             )
-            captured = {m: _read_dense(stored[m].source) for m in modules}
+            captured = {m: stored[m].source.dense() for m in modules}
     acts = {layer: captured[module] for layer, (module, _) in LAYERS.items()}
     probe_labels = np.tile(labels[probe_idx], copies)
     accuracy = float((acts["class"].argmax(axis=1) == probe_labels).mean())
@@ -297,11 +297,6 @@ def probe_digits(seed: int = 0, store: Path | None = None) -> DigitsProbe:
     return DigitsProbe(
         acts, probe_labels, concepts_for(probe_labels, ink), accuracy, int(train_idx.size), copies, images_out
     )
-
-
-def _read_dense(source: Any) -> npt.NDArray[np.float32]:
-    """A stored layer's rows, read back into one array."""
-    return np.concatenate(list(source.row_chunks(1 << 16)), axis=0).astype(np.float32, copy=False)
 
 
 def sanity_settings(probe: DigitsProbe) -> list[tuple[str, npt.NDArray[Any], npt.NDArray[np.int64] | None]]:
@@ -365,21 +360,6 @@ def digits_concept_model(probe: DigitsProbe, folds: int = 5) -> npt.NDArray[np.f
     return model
 
 
-def spread_pairs(rho: npt.ArrayLike, count: int = 20, min_rho: float = 0.25) -> npt.NDArray[np.int64]:
-    """Indices of `count` values of `rho` >= `min_rho`, spread evenly over them in sorted order
-    (all of them when fewer): the crowd simulations' "realistic correlations".
-
-    Examples
-    --------
-    >>> spread_pairs([0.1, 0.9, 0.3, 0.5, 0.7], count=3).tolist()
-    [2, 3, 1]
-    """
-    values = np.asarray(rho, dtype=np.float64)
-    kept = np.flatnonzero(values >= min_rho)
-    ranked = kept[np.argsort(values[kept], kind="stable")]
-    return ranked[np.linspace(0, ranked.size - 1, min(count, ranked.size)).astype(np.int64)]
-
-
 def crowd_pairs(
     probe: DigitsProbe, count: int = 20, min_rho: float = 0.25
 ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
@@ -415,37 +395,10 @@ def run_crowd(probe: DigitsProbe, seed: int = 0, trials: int = 20) -> neuroneval
     )
 
 
-def crowd_summary(simulation: neuroneval.crowd.Simulation) -> list[str]:
-    """Lines that report the ratings each configuration needs, and the saving of MG-IS + BRAgg."""
-    needed = simulation.needed()
-    largest = max(simulation.budgets)
-    floors = simulation.rce.filter(pl.col("budget") == largest)
-    lines = [f"    {'configuration':<22} {'ratings per pair':>17}  RCE at {largest:,}"]
-    values = {}
-    for row in needed.iter_rows(named=True):
-        name = f"{'MG-IS' if row['sampling'] == 'mgis' else 'uniform'} + {'BRAgg' if row['aggregation'] == 'bragg' else row['aggregation']}"
-        floor = floors.filter(sampling=row["sampling"], aggregation=row["aggregation"])["rce"][0]
-        value = row["needed"]
-        values[(row["sampling"], row["aggregation"])] = value
-        shown = f"{value:>17,.0f}" if value is not None else f"{'> ' + format(largest, ','):>17}"
-        lines.append(f"    {name:<22} {shown}  {floor:.3f}")
-    base, best = values.get(("uniform", "majority")), values.get(("mgis", "bragg"))
-    if best is not None:
-        if base is not None:
-            lines.append(f"MG-IS + BRAgg needs {base / best:.1f}x fewer ratings than uniform + majority vote.")
-        else:
-            lines.append(
-                f"MG-IS + BRAgg needs over {largest / best:.0f}x fewer ratings than uniform + majority vote, which never"
-                f" reaches the target: majority labels of raters wrong 23% of the time are wrong for"
-                f" 13% of inputs, a bias no budget removes."
-            )
-    return lines
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo; returns the process exit status (0)."""
     parser = argparse.ArgumentParser(
-        prog="python -m neuroneval.demo", description="Train a small CNN on digits and score its units."
+        prog="python -m neuroneval.experiments.digits", description="Train a small CNN on digits and score its units."
     )
     parser.add_argument("--out", default="demo-out", type=Path, help="output directory (default: demo-out)")
     parser.add_argument(
@@ -458,10 +411,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args, rest = parser.parse_known_args(argv)
     if args.text:
-        from . import demo_text
+        from . import text_demo
 
         out_args = [] if args.out == Path("demo-out") else ["--out", str(args.out)]
-        return demo_text.main([*rest, *out_args, "--seed", str(args.seed)])
+        return text_demo.main([*rest, *out_args, "--seed", str(args.seed)])
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     out: Path = args.out
@@ -543,15 +496,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     simulation = run_crowd(probe, seed)
     for line in crowd_summary(simulation):
         print(line)
-    crowd_dir = out / "crowd"
-    crowd_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(crowd_dir / "rce.csv", simulation.rce.write_csv)
-    simulation.plot(crowd_dir / "rce.png")
-    print(f"wrote {crowd_dir / 'rce.csv'}, {crowd_dir / 'rce.png'}")
+    csv, png = write_crowd(simulation, out / "crowd" / "rce.csv", out / "crowd" / "rce.png")
+    print(f"wrote {csv}, {png}")
 
     tops = report.top_inputs(probe.activations, k=report.INPUTS_PER_UNIT)
-    write_atomic(out / "top_inputs.parquet", tops.write_parquet)
-    report.write_inputs(out, images=probe.images)
     page_meta = {
         "title": "neuroneval demo: a small CNN on scikit-learn's digits",
         "description": (
@@ -561,8 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
         "layers": {layer: what for layer, (_, what) in LAYERS.items()},
     }
-    write_atomic(out / "report.json", lambda p: p.write_text(json.dumps(page_meta, indent=1)))
-    page = report.write_report(out)
+    page = write_page(out, tops, page_meta, images=probe.images)
     print(f"wrote {page} ({page.stat().st_size / 1e3:,.0f} kB): open it in a browser")
     return 0
 

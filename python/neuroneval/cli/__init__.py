@@ -1,0 +1,157 @@
+"""The `neuroneval` command line: `main` and the top-level parser; one module per command
+(`score`, `sanity`, `meta`, `crowd`, `report`, `demo`) declares its options and runs it, and
+`common` holds what they share.
+
+Usage
+-----
+Score every (unit, concept) pair under some metrics and write a parquet table::
+
+    neuroneval score acts.npy concepts.npy --metrics correlation,auprc --out scores.parquet
+
+Keep each unit's five best concepts under the first metric, with names from text files
+(one name per line), on eight threads::
+
+    neuroneval score acts/ concepts.csv --metrics auprc,f1 --alpha 0.01 --top 5 \\
+        --unit-names units.txt --concept-names concepts.txt --threads 8 --out best.parquet
+
+Score only some (unit, concept) index pairs (a CSV with columns `unit,concept`, or an
+`(M, 2)` integer `.npy` file), in their order::
+
+    neuroneval score acts.npy concepts.npz --pairs pairs.csv --out pairs.parquet
+
+Run the sanity checks of SPEC section 4 on real units (the experimental test, with each
+unit's correct concept from a file) and the theoretical test, print the paper's Table 3 and
+write it with its records and a bar chart into a directory::
+
+    neuroneval sanity acts.npy concepts.npy --truth truth.txt --theoretical --out sanity/
+
+Only the theoretical test (no data needed), smaller than the paper's::
+
+    neuroneval sanity --theoretical --n 100000 --seeds 200
+
+Meta-evaluation 2 (SPEC section 5): each metric's meta-AUPRC on test units with known
+concepts, alpha and lambda tuned on validation units, as a table::
+
+    neuroneval meta acts.npy concepts.csv --truth truth.npy --out meta.csv
+
+Crowdsourced evaluation (SPEC section 6): the correlation of each (unit, explanation) pair
+from a few noisy human ratings. Draw the inputs raters see (MG-IS with a cheap concept model)
+and write the plan and a task table for a crowdsourcing platform; turn the returned votes
+(a table of pair, input, rater, vote) into soft labels; estimate each pair's correlation with a
+bootstrap interval::
+
+    neuroneval crowd plan acts.npy model.npy --pairs pairs.csv --budget 540 \
+        --unit-names units.txt --explanations texts.txt --out plan.parquet --tasks tasks.csv
+    neuroneval crowd aggregate ratings.csv --plan plan.parquet --eta estimate --out labels.csv
+    neuroneval crowd estimate --plan plan.parquet --labels labels.csv --out rho.csv
+
+Choose a budget first with simulated raters on units with known labels: the relative
+correlation error of each configuration (uniform or MG-IS sampling, majority vote or BRAgg)
+per budget, and the budget each needs to reach a target::
+
+    neuroneval crowd simulate acts.npy labels.npy model.npy --pairs pairs.csv \
+        --budgets 60,120,240,480,960 --target 0.275 --out simulation/
+
+One self-contained HTML page of a results directory (what `neuroneval demo --out DIR`
+writes, or any directory holding a scores.parquet; `neuroneval.report` says what it reads)::
+
+    neuroneval report demo-out -o report.html
+
+The same commands run as `python -m neuroneval score ...` (or `sanity`, `meta`, `crowd`, `report`).
+
+Inputs
+    ACTIVATIONS is a `.npy` file, a shard directory (`neuroneval.sources.write_shards`) or a
+    `.npz` file holding a `scipy.sparse` matrix (`scipy.sparse.save_npz`). CONCEPTS takes the
+    same forms, plus a `.parquet`/`.csv` table of `(input, concept, probability)` rows.
+    `score` reads them in place; `sanity` and `meta` read them into memory (`meta` only the
+    activations) and refuse, with one line, matrices that would not fit.
+
+    `crowd plan` and `crowd simulate` take ACTIVATIONS and their CONCEPT_MODEL (a cheap model's
+    probabilities) and LABELS (true labels) in the same forms, and read into memory only the
+    columns their pairs use. RATINGS and LABELS of `crowd aggregate` and `crowd estimate` are
+    `.csv` or `.parquet` tables.
+
+    TRUTH (`sanity`, `meta`) gives each unit's correct concept: a `.npy` file of K integer
+    concept indices, or a text file with one line per unit holding a concept name (of
+    CONCEPTS' table, shard manifest or `--concept-names`) or else a concept index.
+
+Output
+    Without `--pairs`, `neuroneval.evaluate` writes the table block by block; an interrupted
+    run resumes when the same command is run again (`--restart` discards an unfinished run
+    made with other arguments). With `--ray [ADDRESS]`, `neuroneval.distributed.evaluate` writes
+    the same table as Ray tasks, on the cluster at ADDRESS or on a local Ray. With `--pairs`, `neuroneval.score` computes the table, which
+    is written aside and renamed into place. On a terminal a progress bar shows on stderr;
+    after success a short summary (each unit's best concept under the first metric) goes to
+    stdout. `--quiet` turns both off.
+
+    `sanity` prints Table 3 as markdown and a one-line verdict; with `--out DIR` it writes
+    table.csv, table.md, records.csv and chart.png there (each complete or absent). `meta`
+    prints its table best first and writes it, with `--out`, to a `.csv` or `.parquet` file
+    (written aside and renamed into place).
+
+    `crowd plan` writes the plan (parquet) and the task table (`.csv` or `.parquet`; default
+    `<plan stem>-tasks.csv` beside the plan); `crowd aggregate` the labels and, with `--eta
+    estimate --rater-rates`, each rater's fitted error rate; `crowd estimate` its table with
+    `--out`; each command's files are written aside and renamed into place, all or none.
+    `crowd simulate --out DIR` writes rce.csv, needed.csv and rce.png there (all or none).
+
+    `report` writes its page (default RESULTS_DIR/report.html) aside and renames it into
+    place, then prints its path and size.
+
+Exit codes
+    0 on success; 2 for bad input or arguments (one line on stderr says what is wrong); 1 for
+    other operating-system errors (a full disk, a permission denied); 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from neuroneval import __version__
+from neuroneval.errors import NeuronEvalError
+
+from . import crowd, demo, meta, report, sanity, score
+from .common import PROG, Command, Parser, one_line, print_error
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the command line on `argv` (default `sys.argv[1:]`) and returns the exit code.
+
+    Examples
+    --------
+    >>> main(["--version"])  # doctest: +ELLIPSIS
+    neuroneval ...
+    0
+    """
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as e:  # bad values and usage errors (2), --help and --version (0)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    command: Command = args.command
+    try:
+        return command(args)
+    except KeyboardInterrupt:
+        resumes = getattr(args, "resumes", False)
+        print_error("interrupted; run the same command again to resume" if resumes else "interrupted")
+        return 130
+    except (NeuronEvalError, ValueError, FileNotFoundError) as e:
+        print_error(f"error: {one_line(e)}")
+        return 2
+    except OSError as e:
+        print_error(f"error: {one_line(e)}")
+        return 1
+
+
+def parser() -> argparse.ArgumentParser:
+    """The whole command line: one subcommand per module."""
+    top = Parser(
+        prog=PROG,
+        description="Exact, fast NeuronEval metrics: is this explanation of a neuron any good?",
+    )
+    top.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = top.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    for command in (score, sanity, meta, crowd, report, demo):
+        command.add(commands)
+    return top

@@ -1,0 +1,653 @@
+"""`neuroneval crowd`: crowdsourced correlation (SPEC section 6) in four steps: `plan` the rating
+tasks, `aggregate` the votes, `estimate` each pair's correlation, `simulate` budgets."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from neuroneval import crowd
+from neuroneval.errors import ParameterError, ShapeError, SourceError
+from neuroneval.files import write_files_atomic
+from neuroneval.params import ScoreParams
+from neuroneval.sources import Source, open_activations, open_concepts, read_pairs
+
+from .common import (
+    SUMMARY_UNITS,
+    TABLE_SUFFIXES,
+    AtLeast,
+    Needs,
+    add_activations,
+    add_table_out,
+    align,
+    chart_wanted,
+    check_fits,
+    checked,
+    count,
+    non_negative_int,
+    open_fraction,
+    output_dir,
+    output_file,
+    output_file_problem,
+    positive_int,
+    positive_number,
+    share,
+    table_writer,
+    write_table,
+    write_together,
+)
+
+_CONFIGURATION_NAMES = {"mgis": "MG-IS", "uniform": "uniform", "bragg": "BRAgg", "majority": "majority", "mean": "mean"}
+_DEFAULT_ETA = 0.23
+_DEFAULT_PRIOR = 0.05
+_DEFAULT_GAMMA = 0.2
+
+
+# --------------------------------------------------------------------------- converters
+
+
+#: --eta of `simulate`: a rate in (0, 0.5).
+error_rate = checked(float, lambda v: 0.0 < v < 0.5, "be a number in (0, 0.5)")
+
+
+def error_rate_or_estimate(text: str) -> float | Literal["estimate"]:
+    """--eta of `aggregate`: a rate in (0, 0.5), or the word 'estimate'."""
+    if text.strip() == "estimate":
+        return "estimate"
+    return _inside(text, 0.5, "a number in (0, 0.5) or 'estimate'")
+
+
+def prior_or_model(text: str) -> float | Literal["model"]:
+    """--prior: a probability in (0, 1), or 'model'."""
+    if text.strip() == "model":
+        return "model"
+    return _inside(text, 1.0, "a number in (0, 1) or 'model'")
+
+
+def _inside(text: str, high: float, expected: str) -> float:
+    """A number in (0, high)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {expected}; got {text!r}") from None
+    if not 0.0 < value < high:
+        raise argparse.ArgumentTypeError(f"must be {expected}; got {value:g}")
+    return value
+
+
+def budget_list(text: str) -> list[int]:
+    """--budgets: comma-separated positive integers, returned sorted without repeats."""
+    parts = [s.strip() for s in text.split(",") if s.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError("is empty; give ratings per pair such as 60,120,240")
+    for part in parts:
+        if not re.fullmatch(r"[0-9][0-9_]*", part):
+            raise argparse.ArgumentTypeError(f"must be comma-separated positive integers; got {part!r} in {text!r}")
+    return sorted({int(part) for part in parts})
+
+
+# --------------------------------------------------------------------------- parsers
+
+
+def add(commands: Any) -> None:
+    crowd_parser: argparse.ArgumentParser = commands.add_parser(
+        "crowd",
+        help="crowdsourced correlation: plan rating tasks, aggregate votes, estimate, simulate budgets",
+        description=(
+            "Crowdsourced evaluation (SPEC section 6): the correlation of a unit with an explanation from a "
+            "few noisy human ratings. `plan` picks the inputs to rate (model-guided importance sampling) and "
+            "writes a task table; `aggregate` turns the raters' votes into soft labels (BRAgg, majority, mean); "
+            "`estimate` gives each pair's correlation with a bootstrap interval; `simulate` measures the "
+            "relative correlation error of each configuration per budget with simulated raters."
+        ),
+    )
+    steps = crowd_parser.add_subparsers(title="steps", metavar="STEP", required=True)
+    _add_plan(steps)
+    _add_aggregate(steps)
+    _add_estimate(steps)
+    _add_simulate(steps)
+
+
+def _add_model_and_pairs(p: argparse.ArgumentParser) -> None:
+    """CONCEPT_MODEL and --pairs, as `crowd plan` and `crowd simulate` take them."""
+    p.add_argument(
+        "concept_model",
+        metavar="CONCEPT_MODEL",
+        help="inputs x explanations: a cheap model's probabilities in [0, 1], as CONCEPTS of `score`",
+    )
+    p.add_argument(
+        "--pairs",
+        required=True,
+        metavar="FILE",
+        help="the (unit, explanation) pairs: a CSV with integer columns unit,concept or an (M, 2) integer .npy",
+    )
+
+
+def _add_raters(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--raters", type=positive_int, default=3, metavar="N", help="raters per shown input (default 3)")
+
+
+def _add_plan(steps: Any) -> None:
+    p: argparse.ArgumentParser = steps.add_parser(
+        "plan",
+        help="draw the inputs raters see for each (unit, explanation) pair; write the plan and a task table",
+        description=(
+            "Draw budget // raters inputs per (unit, explanation) pair, with replacement, from the MG-IS "
+            "proposal (inputs where the unit's standardised activation times the concept model's "
+            "standardised probability is large, floor gamma / N) or uniformly. A repeated input is shown "
+            "once, so a pair never needs more than --budget ratings. Writes the plan (for `aggregate` and "
+            "`estimate`) and the task table for a crowdsourcing platform (task, pair, unit, unit_name, "
+            "concept, explanation, input, raters)."
+        ),
+        rules=(AtLeast("--budget", "--raters", "--budget must be at least --raters ({bound}); got {value}"),),
+    )
+    add_activations(p)
+    _add_model_and_pairs(p)
+    p.add_argument("--budget", required=True, type=int, metavar="N", help="ratings per pair (at least --raters)")
+    _add_raters(p)
+    sampling = p.add_mutually_exclusive_group()
+    sampling.add_argument(
+        "--gamma",
+        type=share,
+        default=_DEFAULT_GAMMA,
+        help=f"MG-IS: share of uniform sampling mixed in, in (0, 1] (default {_DEFAULT_GAMMA}; 1 is uniform)",
+    )
+    sampling.add_argument("--uniform", action="store_true", help="draw uniformly instead of by MG-IS")
+    p.add_argument("--seed", type=int, default=0, help="seed of the draws (default 0)")
+    p.add_argument("--unit-names", metavar="FILE", help="unit names, one per line (for the task table)")
+    p.add_argument(
+        "--explanations",
+        metavar="FILE",
+        help="the explanations' texts, one per line (default: CONCEPT_MODEL's names, else 'concept T')",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=20,
+        metavar="N",
+        help="inputs per task of the task table (default 20)",
+    )
+    p.add_argument(
+        "--out", required=True, type=output_file(".parquet"), metavar="PLAN", help="the plan to write (.parquet)"
+    )
+    p.add_argument(
+        "--tasks",
+        type=output_file(*TABLE_SUFFIXES),
+        metavar="FILE",
+        help="the task table to write (.csv or .parquet; default: <PLAN stem>-tasks.csv beside the plan)",
+    )
+    p.set_defaults(command=plan)
+
+
+def _add_aggregate(steps: Any) -> None:
+    p: argparse.ArgumentParser = steps.add_parser(
+        "aggregate",
+        help="turn the raters' votes into one soft label per (pair, input)",
+        description=(
+            "Aggregate binary votes into one label per rated (pair, input): BRAgg's posterior (raters wrong "
+            "with rate eta, a prior that the concept is present), the majority vote (1/2 on a tie) or the "
+            "mean vote. Every rated (pair, input) must be one the plan drew. Writes pair, input, votes, "
+            "positive, label."
+        ),
+        rules=(
+            Needs(("--eta", "--prior"), (("--method", "bragg"),), "{given}: only for --method bragg"),
+            Needs(("--rater-rates",), (("--eta", "estimate"),), "--rater-rates needs --eta estimate"),
+        ),
+    )
+    p.add_argument(
+        "ratings",
+        metavar="RATINGS",
+        help="a .csv or .parquet table, one row per vote: pair, input, vote (0/1), and rater (for --eta estimate)",
+    )
+    p.add_argument("--plan", required=True, metavar="PLAN", help="the plan written by `crowd plan`")
+    p.add_argument(
+        "--method",
+        choices=("bragg", "majority", "mean"),
+        default="bragg",
+        help="bragg (default), majority or mean",
+    )
+    p.add_argument(
+        "--eta",
+        type=error_rate_or_estimate,
+        metavar="RATE",
+        help=(
+            f"BRAgg: the raters' error rate, in (0, 0.5) (default {_DEFAULT_ETA}), or 'estimate' to fit each "
+            "rater's own rate (one-coin Dawid-Skene; needs a rater column)"
+        ),
+    )
+    p.add_argument(
+        "--prior",
+        type=prior_or_model,
+        metavar="P",
+        help=f"BRAgg: the prior that the concept is present, in (0, 1) (default {_DEFAULT_PRIOR}), or 'model' for the concept model's probability",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        type=output_file(*TABLE_SUFFIXES),
+        metavar="LABELS",
+        help="the labels table to write (.csv or .parquet)",
+    )
+    p.add_argument(
+        "--rater-rates",
+        type=output_file(*TABLE_SUFFIXES),
+        metavar="FILE",
+        help="with --eta estimate: also write rater, eta, votes to this .csv or .parquet file",
+    )
+    p.set_defaults(command=aggregate)
+
+
+def _add_estimate(steps: Any) -> None:
+    p: argparse.ArgumentParser = steps.add_parser(
+        "estimate",
+        help="each planned pair's correlation from the labels, with a bootstrap interval",
+        description=(
+            "The importance-weighted correlation of each planned (unit, explanation) pair (SPEC section 6), "
+            "with the standard error and percentile interval of a seeded bootstrap over the draws. Prints "
+            "one line per pair."
+        ),
+    )
+    p.add_argument("--plan", required=True, metavar="PLAN", help="the plan written by `crowd plan`")
+    p.add_argument(
+        "--labels",
+        required=True,
+        metavar="LABELS",
+        help="the labels written by `crowd aggregate` (.csv or .parquet: pair, input, label)",
+    )
+    p.add_argument(
+        "--self-normalised",
+        action="store_true",
+        help="divide by the sum of the weights instead of the number of draws",
+    )
+    p.add_argument("--level", type=open_fraction, default=0.95, help="confidence level, in (0, 1) (default 0.95)")
+    p.add_argument(
+        "--bootstrap",
+        type=non_negative_int,
+        default=2000,
+        metavar="N",
+        help="bootstrap resamples (default 2000; 0: none)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    add_table_out(p)
+    p.set_defaults(command=estimate)
+
+
+def _add_simulate(steps: Any) -> None:
+    p: argparse.ArgumentParser = steps.add_parser(
+        "simulate",
+        help="relative correlation error per configuration and budget, with simulated raters",
+        description=(
+            "Plan a budget: for each configuration (uniform or MG-IS sampling, majority vote or BRAgg), "
+            "budget and trial, draw inputs, let simulated raters (each wrong with rate --eta) label them, "
+            "aggregate and estimate; the relative correlation error (RCE) is measured against the exact "
+            "correlation with the true labels. Prints the RCE table and the ratings per pair each "
+            "configuration needs to reach --target."
+        ),
+        rules=(AtLeast("--budgets", "--raters", "--budgets must all be at least --raters ({bound}); got {value}"),),
+    )
+    add_activations(p)
+    p.add_argument(
+        "labels",
+        metavar="LABELS",
+        help="inputs x explanations: the true binary labels, as CONCEPTS of `score`",
+    )
+    _add_model_and_pairs(p)
+    p.add_argument(
+        "--budgets",
+        required=True,
+        type=budget_list,
+        metavar="LIST",
+        help="comma-separated ratings per pair, e.g. 60,120,240,480",
+    )
+    p.add_argument(
+        "--eta",
+        type=error_rate,
+        default=_DEFAULT_ETA,
+        help=f"simulated raters' error rate, in (0, 0.5) (default {_DEFAULT_ETA})",
+    )
+    _add_raters(p)
+    p.add_argument(
+        "--trials",
+        type=positive_int,
+        default=20,
+        metavar="N",
+        help="trials per configuration and budget (default 20)",
+    )
+    p.add_argument(
+        "--gamma",
+        type=share,
+        default=_DEFAULT_GAMMA,
+        help=f"MG-IS: share of uniform sampling mixed in, in (0, 1] (default {_DEFAULT_GAMMA})",
+    )
+    p.add_argument(
+        "--prior",
+        type=prior_or_model,
+        default=_DEFAULT_PRIOR,
+        metavar="P",
+        help=f"BRAgg's prior, in (0, 1) (default {_DEFAULT_PRIOR}), or 'model' for the concept model's probability",
+    )
+    p.add_argument("--target", type=positive_number, default=0.275, help="the RCE to reach, > 0 (default 0.275)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the draws and the simulated votes (default 0)")
+    p.add_argument(
+        "--out", type=output_dir, metavar="DIR", help="write rce.csv, needed.csv and rce.png into this directory"
+    )
+    p.add_argument("--no-chart", action="store_true", help="with --out, do not draw rce.png (needs matplotlib)")
+    p.set_defaults(command=simulate)
+
+
+# --------------------------------------------------------------------------- shared
+
+
+def _check_rows(src: Source, acts: Source, what: str) -> None:
+    if src.n_rows != acts.n_rows:
+        raise ShapeError(f"{what} has {src.n_rows:,} inputs (rows) but ACTIVATIONS has {acts.n_rows:,}")
+
+
+def _local_indices(pairs: npt.NDArray[np.int64]) -> tuple[np.ndarray, np.ndarray, npt.NDArray[np.int64]]:
+    """The units and concepts the pairs use, and the pairs as indices into those lists."""
+    units, unit_of = np.unique(pairs[:, 0], return_inverse=True)
+    concepts, concept_of = np.unique(pairs[:, 1], return_inverse=True)
+    return units, concepts, np.column_stack([unit_of, concept_of])
+
+
+def _original_pairs(table: pl.DataFrame, pairs: npt.NDArray[np.int64]) -> pl.DataFrame:
+    """The pairs table with the original (unit, concept) indices."""
+    return table.with_columns(
+        pl.Series("unit", pairs[:, 0], dtype=pl.Int64), pl.Series("concept", pairs[:, 1], dtype=pl.Int64)
+    )
+
+
+def _read_table(path: str, what: str) -> pl.DataFrame:
+    """A .csv or .parquet table."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{what} file {p} does not exist")
+    if p.suffix not in TABLE_SUFFIXES:
+        raise SourceError(f"cannot read {what} from {p}: expected a .csv or .parquet file")
+    try:
+        return pl.read_parquet(p) if p.suffix == ".parquet" else pl.read_csv(p)
+    except Exception as e:  # polars raises many kinds; all mean the file is unreadable
+        raise SourceError(f"cannot read the {what} file {p}: {e}") from e
+
+
+def _read_plan(path: str) -> crowd.Plan:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"plan file {p} does not exist")
+    return crowd.Plan.read(p)
+
+
+def _same_file(a: Path, b: Path, flags: str) -> None:
+    if a.resolve() == b.resolve():
+        raise ParameterError(f"{flags} are the same file, {b}")
+
+
+def _prior_text(prior: float | str) -> str:
+    return "the concept model's probability" if prior == "model" else f"{prior:g}"
+
+
+# --------------------------------------------------------------------------- plan
+
+
+def plan(args: argparse.Namespace) -> int:
+    ScoreParams(seed=args.seed)  # the one seed rule, checked before any work
+    out: Path = args.out
+    tasks_out: Path | None = args.tasks
+    if tasks_out is None:
+        tasks_out = out.with_name(f"{out.stem}-tasks.csv")
+        problem = output_file_problem(tasks_out, TABLE_SUFFIXES)
+        if problem is not None:
+            raise ParameterError(f"--tasks {problem}")
+    _same_file(tasks_out, out, "--tasks and --out")
+    acts = open_activations(args.activations, unit_names=args.unit_names)
+    model = open_concepts(args.concept_model, n_inputs=acts.n_rows, concept_names=args.explanations)
+    _check_rows(model, acts, "CONCEPT_MODEL")
+    pairs = read_pairs(args.pairs, n_units=acts.n_columns, n_concepts=model.n_columns)
+    units, concepts, local = _local_indices(pairs)
+    check_fits(8 * acts.n_rows * (units.size + concepts.size), "crowd plan")
+    # Only the columns the pairs use are read; the plan's pairs keep their original indices.
+    result = crowd.plan(
+        local,
+        acts.dense(units),
+        model.dense(concepts),
+        args.budget,
+        raters_per_input=args.raters,
+        gamma=args.gamma,
+        sampling="uniform" if args.uniform else "mgis",
+        seed=args.seed,
+        # crowd.plan's default names, of the original indices.
+        unit_names=[f"unit {k}" if acts.names is None else acts.names[k] for k in units],
+        explanations=[f"concept {t}" if model.names is None else model.names[t] for t in concepts],
+    )
+    result = replace(result, pairs=_original_pairs(result.pairs, pairs))
+    tasks = result.tasks(args.batch_size)
+    write_together([(out, result.write), (tasks_out, table_writer(tasks, tasks_out))])
+    print(_plan_summary(result, args, out, tasks_out, tasks), flush=True)
+    return 0
+
+
+def _plan_summary(result: crowd.Plan, args: argparse.Namespace, out: Path, tasks_out: Path, tasks: pl.DataFrame) -> str:
+    shown = result.inputs().group_by("pair", maintain_order=True).len("inputs")
+    table = result.pairs.join(shown, on="pair", how="left", maintain_order="left")
+    draws = args.budget // args.raters
+    how = "uniform sampling" if args.uniform else f"MG-IS (gamma {result.gamma:g})"
+    lines = [
+        f"planned {count(result.pairs.height, 'pair')} over {result.n_inputs:,} inputs by {how}, seed {args.seed}: "
+        f"{count(draws, 'draw')} per pair, {count(args.raters, 'rater')} per shown input",
+    ]
+    head = ["pair", "unit", "explanation", "distinct inputs", "ratings"]
+    rows = [
+        [str(r["pair"]), r["unit_name"], r["explanation"], f"{r['inputs']:,}", f"{r['inputs'] * args.raters:,}"]
+        for r in table.head(SUMMARY_UNITS).iter_rows(named=True)
+    ]
+    lines.append(align(head, rows, left=3))
+    if table.height > SUMMARY_UNITS:
+        lines.append(f"... and {table.height - SUMMARY_UNITS:,} more pairs")
+    per_pair = table["inputs"] * args.raters
+    lines.append(
+        f"ratings needed: {result.ratings_needed():,} in all, {int(per_pair.min()):,} to {int(per_pair.max()):,} "
+        f"per pair (budget {args.budget:,} per pair; repeated inputs are rated once)"
+    )
+    n_tasks = tasks["task"].n_unique()
+    lines.append(f"wrote the plan to {out}")
+    lines.append(
+        f"wrote {count(n_tasks, 'task')} (at most {args.batch_size:,} inputs each, {tasks.height:,} rows) to {tasks_out}"
+    )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- aggregate
+
+
+def aggregate(args: argparse.Namespace) -> int:
+    eta = _DEFAULT_ETA if args.eta is None else args.eta
+    prior = _DEFAULT_PRIOR if args.prior is None else args.prior
+    out: Path = args.out
+    rates_out: Path | None = args.rater_rates
+    if rates_out is not None:
+        _same_file(rates_out, out, "--rater-rates and --out")
+    ratings = _read_table(args.ratings, "ratings")
+    if eta == "estimate" and "rater" not in ratings.columns:
+        raise ParameterError(f"--eta estimate needs a rater column in {args.ratings}; it has {ratings.columns}")
+    the_plan = _read_plan(args.plan)
+    labels = crowd.aggregate(ratings, args.method, eta=eta, prior=prior, plan=the_plan)
+    rates = crowd.rater_error_rates(ratings, prior=prior, plan=the_plan) if eta == "estimate" else None
+    writes = [(out, table_writer(labels, out))]
+    if rates is not None and rates_out is not None:
+        writes.append((rates_out, table_writer(rates, rates_out)))
+    write_together(writes)
+
+    if args.method == "bragg":
+        rate = "eta fitted per rater" if eta == "estimate" else f"eta {eta:g}"
+        how = f"BRAgg ({rate}, prior {_prior_text(prior)})"
+    else:
+        how = f"the {args.method} vote"
+    n_votes = int(labels["votes"].sum())
+    lines = [
+        f"aggregated {count(n_votes, 'vote')} into {count(labels.height, 'label')} "
+        f"({n_votes / labels.height:.2f} votes per (pair, input)) by {how}; "
+        f"{int((labels['label'] >= 0.5).sum()):,} labels >= 0.5"
+    ]
+    if rates is not None:
+        lines.append("each rater's fitted error rate (one-coin Dawid-Skene):")
+        rows = [[str(r["rater"]), f"{r['eta']:.4f}", f"{r['votes']:,}"] for r in rates.iter_rows(named=True)]
+        lines.append(align(["rater", "eta", "votes"], rows, left=1, indent="  "))
+    unrated = the_plan.inputs().join(labels.select("pair", "input"), on=["pair", "input"], how="anti").height
+    if unrated:
+        lines.append(
+            f"note: {unrated:,} of the plan's {the_plan.inputs().height:,} (pair, input) have no rating yet; "
+            "`crowd estimate` needs them all"
+        )
+    lines.append(f"wrote {out}" + ("" if rates_out is None else f" and {rates_out}"))
+    print("\n".join(lines), flush=True)
+    return 0
+
+
+# --------------------------------------------------------------------------- estimate
+
+
+def estimate(args: argparse.Namespace) -> int:
+    ScoreParams(seed=args.seed)  # the one seed rule, checked before any work
+    out: Path | None = args.out
+    the_plan = _read_plan(args.plan)
+    labels = _read_table(args.labels, "labels")
+    table = crowd.estimate(
+        the_plan,
+        labels,
+        self_normalised=args.self_normalised,
+        level=args.level,
+        bootstrap=args.bootstrap,
+        seed=args.seed,
+    )
+    if out is not None:
+        write_table(table, out)
+    sampling = "uniform sampling" if the_plan.sampling == "uniform" else f"MG-IS (gamma {the_plan.gamma:g})"
+    weights = "self-normalised weights" if args.self_normalised else "weights 1 / (N q)"
+    interval = (
+        f"{args.level:.0%} percentile interval and SE from {args.bootstrap:,} bootstrap resamples, seed {args.seed}"
+        if args.bootstrap
+        else "no bootstrap"
+    )
+    print(f"correlation of {count(table.height, 'pair')} from {sampling} with {weights}; {interval}")
+    ci = f"{args.level:.0%} CI"
+
+    def number(v: float) -> str:
+        return "-" if math.isnan(v) else f"{v:.4f}"
+
+    rows = [
+        [
+            r["unit_name"],
+            r["explanation"],
+            number(r["rho"]),
+            "-" if math.isnan(r["ci_low"]) else f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]",
+            number(r["se"]),
+            f"{r['draws']:,}",
+            f"{r['inputs']:,}",
+        ]
+        for r in table.iter_rows(named=True)
+    ]
+    print(align(["unit", "explanation", "rho", ci, "SE", "draws", "inputs"], rows, left=2))
+    if table["rho"].is_nan().any():
+        print("-: undefined (the pair's labels are constant)")
+    if out is not None:
+        print(f"wrote {out}")
+    sys.stdout.flush()
+    return 0
+
+
+# --------------------------------------------------------------------------- simulate
+
+
+def simulate(args: argparse.Namespace) -> int:
+    ScoreParams(seed=args.seed)  # the one seed rule, checked before any work
+    out: Path | None = args.out
+    chart = chart_wanted(out, args.no_chart, "rce.png")
+    acts = open_activations(args.activations)
+    labels = open_concepts(args.labels, n_inputs=acts.n_rows)
+    # A concept table orders its concepts by name: give it LABELS' order (names or not, a
+    # matrix's columns are in the order they have).
+    table = Path(args.concept_model).suffix in TABLE_SUFFIXES
+    model = open_concepts(args.concept_model, n_inputs=acts.n_rows, concept_names=labels.names if table else None)
+    _check_rows(labels, acts, "LABELS")
+    _check_rows(model, acts, "CONCEPT_MODEL")
+    if model.n_columns != labels.n_columns:
+        raise ShapeError(
+            f"CONCEPT_MODEL has {model.n_columns:,} explanations (columns) but LABELS has {labels.n_columns:,}"
+        )
+    pairs = read_pairs(args.pairs, n_units=acts.n_columns, n_concepts=labels.n_columns)
+    units, concepts, local = _local_indices(pairs)
+    check_fits(8 * acts.n_rows * (units.size + 2 * concepts.size), "crowd simulate")
+    # Only the columns the pairs use are read; the result's pairs keep their original indices.
+    sim = crowd.simulate(
+        acts.dense(units),
+        labels.dense(concepts),
+        model.dense(concepts),
+        local,
+        args.budgets,
+        eta=args.eta,
+        raters_per_input=args.raters,
+        trials=args.trials,
+        gamma=args.gamma,
+        prior=args.prior,
+        target=args.target,
+        seed=args.seed,
+    )
+    sim = replace(sim, pairs=_original_pairs(sim.pairs, pairs))
+    needed = sim.needed()
+    written: list[Path] = []
+    if out is not None:
+        files: dict[str, Callable[[Path], object]] = {
+            "rce.csv": sim.rce.write_csv,
+            "needed.csv": needed.write_csv,
+        }
+        if chart:
+            files["rce.png"] = sim.plot
+        written = write_files_atomic(out, files)
+    print(_simulate_summary(sim, needed, args), flush=True)
+    if out is not None:
+        print(f"wrote {', '.join(p.name for p in written)} to {out}", flush=True)
+    return 0
+
+
+def _simulate_summary(sim: crowd.Simulation, needed: pl.DataFrame, args: argparse.Namespace) -> str:
+    lines = [
+        f"simulated raters wrong with rate {sim.eta:g}, {count(args.raters, 'rater')} per shown input, "
+        f"{count(sim.pairs.height, 'pair')} x {count(sim.trials, 'trial')}; MG-IS gamma {args.gamma:g}, "
+        f"BRAgg prior {_prior_text(args.prior)}; seed {args.seed}",
+        "relative correlation error (mean |rho_hat - rho| / |rho|) per ratings budget per pair:",
+    ]
+    budgets = list(sim.budgets)
+    rows = []
+    for (sampling, method), group in sim.rce.group_by("sampling", "aggregation", maintain_order=True):
+        by_budget = dict(zip(group["budget"].to_list(), group["rce"].to_list(), strict=True))
+        rows.append([_configuration(str(sampling), str(method)), *(f"{by_budget[b]:.3f}" for b in budgets)])
+    lines.append(align(["configuration", *(f"{b:,}" for b in budgets)], rows, left=1, indent="  "))
+    nan = int(sim.rce["nan_estimates"].sum())
+    if nan:
+        lines.append(f"({nan:,} estimates had constant labels and count as rho_hat = 0)")
+    lines.append(f"ratings per pair needed for RCE <= {sim.target:g}:")
+    rows = [
+        [
+            _configuration(r["sampling"], r["aggregation"]),
+            f"not reached within the largest budget ({budgets[-1]:,})"
+            if r["needed"] is None
+            else f"{r['needed']:,.0f}",
+        ]
+        for r in needed.iter_rows(named=True)
+    ]
+    lines.append(align(["configuration", "ratings"], rows, left=2, indent="  "))
+    return "\n".join(lines)
+
+
+def _configuration(sampling: str, method: str) -> str:
+    return f"{_CONFIGURATION_NAMES.get(sampling, sampling)} + {_CONFIGURATION_NAMES.get(method, method)}"

@@ -1,0 +1,38 @@
+"""`neuroneval demo`: the digits CNN (or, with --text, MiniLM) experiment end to end.
+
+The experiments are imported only when the command runs: nothing else in the tools imports them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add(commands: Any) -> None:
+    p: argparse.ArgumentParser = commands.add_parser(
+        "demo",
+        help="the whole story on a model shipped in installed wheels (digits CNN, or MiniLM with --text)",
+        description=(
+            "Train a small CNN on scikit-learn's digits, score its units with every metric, run the sanity "
+            "checks and a crowd simulation, and write a report (make demo). With --text: MiniLM's FFN neurons "
+            "over gensim's Lee news corpus with lexicon concepts (needs the text extra)."
+        ),
+    )
+    p.add_argument("--text", action="store_true", help="the MiniLM text demo instead of the digits CNN")
+    p.add_argument("--out", metavar="DIR", help="output directory (default: demo-out, or demo-text-out with --text)")
+    p.add_argument("--seed", type=int, default=0, help="seed of everything (default: 0)")
+    p.set_defaults(command=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    argv = ["--seed", str(args.seed)]
+    if args.out is not None:
+        argv += ["--out", args.out]
+    if args.text:
+        from neuroneval.experiments import text_demo
+
+        return text_demo.main(argv)
+    from neuroneval.experiments import digits
+
+    return digits.main(argv)

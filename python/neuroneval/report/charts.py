@@ -1,0 +1,244 @@
+"""The page's pictures: the geometry of its SVG charts (drawn by ``templates/charts.html.j2``)
+and the PNG ``data:`` URIs of its input images."""
+
+from __future__ import annotations
+
+import base64
+import math
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from neuroneval import METRICS
+
+#: Images smaller than this (in pixels, longer side) are upscaled by an integer factor, nearest neighbour.
+IMAGE_MIN_SIDE = 48
+#: Images larger than this are downscaled by an integer factor (block means).
+IMAGE_MAX_SIDE = 64
+
+_BINS = 24
+_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+
+
+@dataclass(frozen=True)
+class Line:
+    x1: float
+    y1: float
+    x2: float
+    y2: float
+    cls: str = ""
+    stroke: str = ""  # a colour: a 2-pixel line of it
+
+
+@dataclass(frozen=True)
+class Label:
+    x: float
+    y: float
+    text: str
+    anchor: str = ""  # text-anchor, none when empty
+
+
+@dataclass(frozen=True)
+class Bar:
+    cls: str  # "all" or "best"
+    x: float
+    y: float
+    width: float
+    height: float
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """One metric's distribution over all pairs and over each unit's best score."""
+
+    width: int
+    height: int
+    summary: str
+    axis: Line
+    bars: list[Bar]
+    zero: Line | None
+    ticks: list[Label]
+    empty: Label | None  # "no defined values"
+    median_all: str
+    median_best: str
+    nan: int
+
+
+@dataclass(frozen=True)
+class Curve:
+    colour: str
+    points: list[tuple[float, float]]
+    legend: Line
+    name: Label
+
+
+@dataclass(frozen=True)
+class RceChart:
+    """RCE against ratings per pair (log x), one curve per configuration."""
+
+    width: int
+    height: int
+    axes: list[Line]
+    labels: list[Label]  # tick labels and the x-axis title
+    target: Line | None
+    target_label: Label | None
+    curves: list[Curve] = field(default_factory=list)
+
+
+def configuration(sampling: str, aggregation: str) -> str:
+    """A crowd configuration's name, e.g. ``MG-IS + BRAgg``."""
+    s = {"mgis": "MG-IS", "uniform": "uniform"}.get(sampling, sampling)
+    a = {"bragg": "BRAgg"}.get(aggregation, aggregation)
+    return f"{s} + {a}"
+
+
+def histogram(m: str, values: npt.NDArray[np.float64], unit_best: npt.NDArray[np.float64], nan: int) -> Histogram:
+    """The histogram of metric `m`: all defined `values`, each unit's best (`unit_best`), on
+    the metric's range (else the data's), `nan` undefined scores."""
+    w, h, left, right, top, bottom = 232, 96, 6, 6, 4, 16
+    pw, ph = w - left - right, h - top - bottom
+    r = METRICS[m].value_range
+    if r is not None:
+        lo, hi = r
+    else:
+        both = np.concatenate([values, unit_best])
+        lo, hi = (float(both.min()), float(both.max())) if both.size else (0.0, 1.0)
+        if hi <= lo:
+            lo, hi = lo - 0.5, hi + 0.5
+    edges = np.linspace(lo, hi, _BINS + 1)
+
+    def shares(v: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        if v.size == 0:
+            return np.zeros(_BINS)
+        counts, _ = np.histogram(np.clip(v, lo, hi), bins=edges)
+        return counts / v.size
+
+    all_share, best_share = shares(values), shares(unit_best)
+    top_share = max(float(all_share.max()), float(best_share.max())) or 1.0
+    bw = pw / _BINS
+    bars = []
+    for share, cls, inset in ((all_share, "all", 0.5), (best_share, "best", bw * 0.28)):
+        for j, s in enumerate(share):
+            if s <= 0:
+                continue
+            bh = max(0.8, ph * s / top_share)
+            bars.append(Bar(cls, left + j * bw + inset, top + ph - bh, bw - 2 * inset, bh))
+    ticks = [
+        Label(left + pw * (t - lo) / (hi - lo), h - 3, f"{t:.3g}", anchor)
+        for t, anchor in ((lo, "start"), ((lo + hi) / 2, "middle"), (hi, "end"))
+    ]
+    zero = None
+    if lo < 0 < hi:
+        x0 = left + pw * (0 - lo) / (hi - lo)
+        zero = Line(x0, top, x0, top + ph, "zero")
+    med_all = f"{float(np.median(values)):.3f}" if values.size else "NaN"
+    med_best = f"{float(np.median(unit_best)):.3f}" if unit_best.size else "NaN"
+    return Histogram(
+        width=w,
+        height=h,
+        summary=f"{m}: median {med_all} over {values.size:,} pairs, median best {med_best} over {unit_best.size:,} units",
+        axis=Line(left, top + ph + 0.5, w - right, top + ph + 0.5, "axis"),
+        bars=bars,
+        zero=zero,
+        ticks=ticks,
+        empty=Label(w / 2, top + ph / 2, "no defined values", "middle") if values.size == 0 else None,
+        median_all=med_all,
+        median_best=med_best,
+        nan=nan,
+    )
+
+
+def rce_chart(rce: pl.DataFrame, target: float | None) -> RceChart | None:
+    """The curves of an RCE table (the page's chart without rce.png); None without a positive budget."""
+    data = rce.filter(pl.col("budget") > 0)
+    if data.height == 0:
+        return None
+    w, h, left, right, top, bottom = 640, 300, 52, 190, 12, 40
+    pw, ph = w - left - right, h - top - bottom
+    x_lo, x_hi = math.log10(float(data["budget"].min())), math.log10(float(data["budget"].max()))  # type: ignore[arg-type]
+    if x_hi <= x_lo:
+        x_lo, x_hi = x_lo - 0.5, x_hi + 0.5
+    finite = data["rce"].fill_nan(None).drop_nulls()
+    y_hi = max([float(finite.max()) if finite.len() else 1.0, target or 0.0]) * 1.05  # type: ignore[arg-type]
+    y_hi = y_hi or 1.0
+
+    def xy(budget: float, value: float) -> tuple[float, float]:
+        return (
+            left + pw * (math.log10(budget) - x_lo) / (x_hi - x_lo),
+            top + ph - ph * min(max(value, 0.0), y_hi) / y_hi,
+        )
+
+    labels = []
+    for e in range(math.floor(x_lo), math.ceil(x_hi) + 1):
+        if x_lo - 1e-9 <= e <= x_hi + 1e-9:
+            x, _ = xy(10.0**e, 0)
+            labels.append(Label(x, top + ph + 14, f"{10**e:,}", "middle"))
+    for frac in (0.0, 0.25, 0.5, 0.75, 1.0):
+        _, y = xy(10**x_lo, y_hi * frac)
+        labels.append(Label(left - 4, y + 3, f"{y_hi * frac:.2f}", "end"))
+    labels.append(Label(left + pw / 2, h - 6, "ratings per (unit, explanation) pair", "middle"))
+    target_line = target_label = None
+    if target is not None:
+        _, y = xy(10**x_lo, target)
+        target_line = Line(left, y, left + pw, y, "target")
+        target_label = Label(left + pw + 8, y + 3, f"target {target:g}")
+    curves = []
+    for j, ((sampling, method), group) in enumerate(data.group_by("sampling", "aggregation", maintain_order=True)):
+        colour = _COLOURS[j % len(_COLOURS)]
+        group = group.sort("budget").filter(pl.col("rce").is_not_nan())
+        ly = top + 14 + 18 * j
+        curves.append(
+            Curve(
+                colour=colour,
+                points=[xy(b, v) for b, v in group.select("budget", "rce").iter_rows()],
+                legend=Line(left + pw + 8, ly, left + pw + 26, ly, stroke=colour),
+                name=Label(left + pw + 30, ly + 4, configuration(sampling, method)),
+            )
+        )
+    axes = [Line(left, top + ph, left + pw, top + ph, "axis"), Line(left, top, left, top + ph, "axis")]
+    return RceChart(w, h, axes, labels, target_line, target_label, curves)
+
+
+def png_uri(image: npt.NDArray[Any]) -> str:
+    """A small PNG of one image ((H, W) or (H, W, 1|3), floats in [0, 1] or uint8), resized
+    by integer factors: nearest-neighbour up to IMAGE_MIN_SIDE, block means down to IMAGE_MAX_SIDE."""
+    a = np.asarray(image)
+    if a.ndim == 3 and a.shape[-1] == 1:
+        a = a[..., 0]
+    if a.dtype.kind in "ui" and a.dtype.itemsize == 1:
+        a = a.astype(np.float64) / 255.0
+    a = np.nan_to_num(np.asarray(a, dtype=np.float64), nan=0.0, posinf=1.0, neginf=0.0)
+    side = max(a.shape[0], a.shape[1])
+    if side > IMAGE_MAX_SIDE:
+        f = math.ceil(side / IMAGE_MAX_SIDE)
+        h, w = (a.shape[0] // f) * f, (a.shape[1] // f) * f
+        a = a[:h, :w].reshape(h // f, f, w // f, f, *a.shape[2:]).mean(axis=(1, 3))
+    elif side < IMAGE_MIN_SIDE:
+        f = math.ceil(IMAGE_MIN_SIDE / side)
+        a = np.repeat(np.repeat(a, f, axis=0), f, axis=1)
+    pixels = np.round(np.clip(a, 0.0, 1.0) * 255.0).astype(np.uint8)
+    return "data:image/png;base64," + base64.b64encode(png(pixels)).decode("ascii")
+
+
+def png(pixels: npt.NDArray[np.uint8]) -> bytes:
+    """An 8-bit grey (H, W) or RGB (H, W, 3) PNG."""
+    h, w = pixels.shape[:2]
+    colour = 0 if pixels.ndim == 2 else 2
+    raw = np.zeros((h, 1 + w * (1 if colour == 0 else 3)), dtype=np.uint8)  # filter byte 0 per row
+    raw[:, 1:] = pixels.reshape(h, -1)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", w, h, 8, colour, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw.tobytes(), 9))
+        + chunk(b"IEND", b"")
+    )

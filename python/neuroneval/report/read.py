@@ -1,0 +1,261 @@
+"""Reading a results directory (the contract is in `neuroneval.report`'s docstring): every part
+checked as it is read, an error naming the file that breaks the contract."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from neuroneval import METRICS
+from neuroneval.errors import EmptyInputError, ParameterError, SourceError
+
+#: Top-activating inputs shown per unit.
+INPUTS_PER_UNIT = 8
+#: The crowd target RCE when neither needed.csv nor report.json's crowd_target gives one.
+DEFAULT_CROWD_TARGET = 0.275
+
+SCORES = "scores.parquet"
+TOP_INPUTS = "top_inputs.parquet"
+INFO = "report.json"
+_ONE_LAYER = "units"
+_SANITY_COLUMNS = ("missing_experimental", "missing_theoretical", "extra_experimental", "extra_theoretical")
+
+
+@dataclass
+class Inputs:
+    """``inputs/``: the probing set's images or texts (with the token to highlight per row)."""
+
+    kind: str
+    images: npt.NDArray[Any] | None = None
+    texts: list[Any] | None = None
+    tokens: list[Any] | None = None
+
+    @property
+    def count(self) -> int:
+        if self.images is not None:
+            return int(self.images.shape[0])
+        return len(self.texts or [])
+
+
+@dataclass
+class Crowd:
+    """``crowd/``: the RCE table, the ratings each configuration needs, and the target RCE."""
+
+    rce: pl.DataFrame
+    needed: pl.DataFrame
+    target: float | None
+
+
+@dataclass
+class Results:
+    """Everything a results directory holds, each optional part None when absent."""
+
+    directory: Path
+    scores: pl.DataFrame  # layer, unit, concept (strings) and the metric columns (floats)
+    metrics: list[str]
+    info: dict[str, Any]
+    sanity: pl.DataFrame | None
+    crowd: Crowd | None
+    inputs: Inputs | None
+    tops: pl.DataFrame | None
+
+
+def read_results(results_dir: str | os.PathLike[str]) -> Results:
+    """Read and check every part of `results_dir`."""
+    directory = Path(results_dir)
+    if not directory.exists():
+        raise FileNotFoundError(f"results directory {directory} does not exist")
+    if not directory.is_dir():
+        raise ParameterError(f"{directory} is a file; expected a results directory (holding {SCORES})")
+    scores, metrics = _read_scores(directory)
+    info = _read_info(directory)
+    return Results(
+        directory=directory,
+        scores=scores,
+        metrics=metrics,
+        info=info,
+        sanity=_read_sanity(directory),
+        crowd=_read_crowd(directory, info.get("crowd_target")),
+        inputs=_read_inputs(directory),
+        tops=_read_top_inputs(directory),
+    )
+
+
+def _read_info(directory: Path) -> dict[str, Any]:
+    path = directory / INFO
+    if not path.is_file():
+        return {}
+    info = _read_json(path)
+    if not isinstance(info, dict):
+        raise SourceError(f"{path} must hold a JSON object (title, description, layers, crowd_target)")
+    for key in ("title", "description"):
+        if key in info and not isinstance(info[key], str):
+            raise SourceError(f"{path}: {key!r} must be a string")
+    if "layers" in info and not (
+        isinstance(info["layers"], dict) and all(isinstance(v, str) for v in info["layers"].values())
+    ):
+        raise SourceError(f"{path}: 'layers' must map layer names to descriptions (strings)")
+    target = info.get("crowd_target")
+    if target is not None and not (
+        isinstance(target, (int, float)) and not isinstance(target, bool) and math.isfinite(target) and target > 0
+    ):
+        raise SourceError(f"{path}: 'crowd_target' must be a positive number; got {target!r}")
+    return info
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SourceError(f"{path} is not valid JSON: {e}") from e
+
+
+def _read_parquet(path: Path) -> pl.DataFrame:
+    try:
+        return pl.read_parquet(path)
+    except Exception as e:  # polars raises many kinds; all mean the file is unreadable
+        raise SourceError(f"cannot read {path}: {_one_line(e)}") from e
+
+
+def _read_csv(path: Path, schema: Mapping[str, Any] | None = None) -> pl.DataFrame:
+    try:
+        return pl.read_csv(path, schema_overrides=schema)
+    except Exception as e:  # polars raises many kinds; all mean the file is unreadable
+        raise SourceError(f"cannot read {path}: {_one_line(e)}") from e
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def _read_scores(directory: Path) -> tuple[pl.DataFrame, list[str]]:
+    path = directory / SCORES
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{directory} has no {SCORES}, so it is not a results directory "
+            "(neuroneval score --out or neuroneval demo --out writes one)"
+        )
+    df = _read_parquet(path)
+    missing = [c for c in ("unit", "concept") if c not in df.columns]
+    if missing:
+        raise SourceError(f"{path} lacks the column{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+    metrics = [c for c in df.columns if c in METRICS]
+    if not metrics:
+        raise SourceError(f"{path} has no metric column (expected some of {', '.join(METRICS)})")
+    for m in metrics:
+        if not df.schema[m].is_numeric():
+            raise SourceError(f"{path}: metric column {m!r} has type {df.schema[m]}; expected floats")
+    layer = pl.col("layer").cast(pl.String) if "layer" in df.columns else pl.lit(_ONE_LAYER)
+    df = df.select(
+        layer.fill_null("(none)").alias("layer"),
+        pl.col("unit").cast(pl.String).fill_null("(none)"),
+        pl.col("concept").cast(pl.String).fill_null("(none)"),
+        *[pl.col(m).cast(pl.Float64).fill_null(float("nan")) for m in metrics],
+    )
+    if df.height == 0:
+        raise EmptyInputError(f"{path} has no rows")
+    return df, metrics
+
+
+def _read_sanity(directory: Path) -> pl.DataFrame | None:
+    path = directory / "sanity" / "table.csv"
+    if not path.is_file():
+        return None
+    schema = {"metric": pl.String, **{c: pl.Float64 for c in _SANITY_COLUMNS}, "passes": pl.Boolean}
+    table = _read_csv(path, schema)
+    missing = [c for c in schema if c not in table.columns]
+    if missing:
+        raise SourceError(f"{path} lacks the columns {', '.join(missing)}")
+    return table.select(list(schema))
+
+
+def _read_crowd(directory: Path, target: float | None) -> Crowd | None:
+    """crowd/, or None without rce.csv."""
+    path = directory / "crowd" / "rce.csv"
+    if not path.is_file():
+        return None
+    schema = {"sampling": pl.String, "aggregation": pl.String, "budget": pl.Float64, "rce": pl.Float64}
+    rce = _read_csv(path, {**schema, "rce_se": pl.Float64})
+    missing = [c for c in schema if c not in rce.columns]
+    if missing:
+        raise SourceError(f"{path} lacks the columns {', '.join(missing)}")
+    if "rce_se" not in rce.columns:
+        rce = rce.with_columns(pl.lit(float("nan")).alias("rce_se"))
+    rce = rce.select("sampling", "aggregation", "budget", "rce", "rce_se")
+    needed_path = directory / "crowd" / "needed.csv"
+    if needed_path.is_file():
+        needed = _read_csv(needed_path, {"sampling": pl.String, "aggregation": pl.String, "needed": pl.Float64})
+        if any(c not in needed.columns for c in ("sampling", "aggregation", "needed")):
+            raise SourceError(f"{needed_path} must have the columns sampling, aggregation, needed")
+        return Crowd(rce, needed.select("sampling", "aggregation", "needed"), target)
+    goal = DEFAULT_CROWD_TARGET if target is None else target
+    return Crowd(rce, _needed(rce, goal), goal)
+
+
+def _needed(rce: pl.DataFrame, goal: float) -> pl.DataFrame:
+    """`crowd.needed_budgets`, imported late: the report does not need the crowd module otherwise."""
+    from neuroneval.crowd import needed_budgets
+
+    return needed_budgets(rce, goal)
+
+
+def _read_inputs(directory: Path) -> Inputs | None:
+    meta_path = directory / "inputs" / "meta.json"
+    if not meta_path.is_file():
+        return None
+    meta = _read_json(meta_path)
+    if not isinstance(meta, dict) or meta.get("kind") not in ("image", "text") or not isinstance(meta.get("file"), str):
+        raise SourceError(f'{meta_path} must be {{"kind": "image" or "text", "file": NAME}}')
+    path = directory / "inputs" / meta["file"]
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}, named in {meta_path}, does not exist")
+    if meta["kind"] == "image":
+        try:
+            images = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise SourceError(f"{path} is not a .npy array: {e}") from e
+        if (
+            not (images.ndim == 3 or (images.ndim == 4 and images.shape[-1] in (1, 3)))
+            or images.dtype.kind not in "fiu"
+        ):
+            raise SourceError(f"{path} must hold an (N, H, W) or (N, H, W, 3) array; got {images.shape} {images.dtype}")
+        return Inputs("image", images=images)
+    texts = _read_json(path)
+    if not isinstance(texts, list) or not all(
+        isinstance(t, str) or (isinstance(t, list) and all(isinstance(s, str) for s in t)) for t in texts
+    ):
+        raise SourceError(f"{path} must hold a JSON list of strings or of token lists")
+    tokens = meta.get("tokens")
+    if tokens is not None and not (
+        isinstance(tokens, list)
+        and len(tokens) == len(texts)
+        and all(t is None or (isinstance(t, int) and not isinstance(t, bool)) for t in tokens)
+    ):
+        raise SourceError(f"{meta_path}: 'tokens' must be a list of {len(texts)} token indices (or nulls)")
+    return Inputs("text", texts=texts, tokens=tokens)
+
+
+def _read_top_inputs(directory: Path) -> pl.DataFrame | None:
+    path = directory / TOP_INPUTS
+    if not path.is_file():
+        return None
+    df = _read_parquet(path)
+    missing = [c for c in ("layer", "unit", "rank", "input", "activation") if c not in df.columns]
+    if missing:
+        raise SourceError(f"{path} lacks the columns {', '.join(missing)}")
+    return df.select(
+        pl.col("layer").cast(pl.String),
+        pl.col("unit").cast(pl.String),
+        pl.col("rank").cast(pl.Int64),
+        pl.col("input").cast(pl.Int64),
+        pl.col("activation").cast(pl.Float64),
+    )

@@ -1,0 +1,332 @@
+//! Indices in descending order of value, by an LSD radix sort of order keys.
+
+use crate::numeric::resize_for_overwrite;
+
+/// A key that decreases as the finite f64 `v` increases, equal for 0 and -0: 2^63 minus
+/// the value in sign-magnitude form. Unlike a bitwise complement it keeps the magnitude's
+/// trailing zero bits, which values of lower precision all share (float32, float16 or
+/// bfloat16 values widened), so a radix sort can skip them whatever the signs.
+#[inline(always)]
+pub(crate) fn descending_key(v: f64) -> u64 {
+    let bits = v.to_bits();
+    let magnitude = bits & !(1 << 63); // at most that of infinity: no overflow below
+    if bits >> 63 == 1 {
+        (1 << 63) + magnitude
+    } else {
+        (1 << 63) - magnitude
+    }
+}
+
+/// [`descending_key`] for a float32.
+#[inline(always)]
+fn descending_key_f32(v: f32) -> u32 {
+    let bits = v.to_bits();
+    let magnitude = bits & !(1 << 31);
+    if bits >> 31 == 1 {
+        (1 << 31) + magnitude
+    } else {
+        (1 << 31) - magnitude
+    }
+}
+
+/// Indices sorted by value descending, ties by index ascending (so the order is unique).
+///
+/// An LSD radix sort of an order key ([`radix_sort`]): stable, so ties keep index order.
+/// Values that are all exact float32 (activations usually are) sort by a 32-bit key packed
+/// with the index into one u64, halving the data moved; only the key bits that vary are
+/// sorted, so float16 values take two passes and float32 values four.
+pub fn sort_descending(values: &[f64]) -> Vec<u32> {
+    let mut order = Vec::new();
+    sort_descending_into(values, &mut order, &mut SortScratch::default());
+    order
+}
+
+/// Buffers a sort reuses from one call to the next: at N = 10^6 a fresh set costs more in
+/// page faults than the sort itself.
+#[derive(Debug, Default)]
+pub struct SortScratch {
+    pub(crate) packed: Vec<u64>,
+    pub(crate) keyed: Vec<(u64, u32)>,
+    packed_next: Vec<u64>,
+    keyed_next: Vec<(u64, u32)>,
+    /// Which buffer holds the last sort's keys, in sorted order (read by the ranking).
+    pub(crate) sorted: SortedKeys,
+}
+
+/// Where the last [`sort_descending_into`] left its sorted keys.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) enum SortedKeys {
+    /// A short vector, sorted by comparisons: no key buffer.
+    #[default]
+    None,
+    /// `packed`: a 32-bit key in the high half of each item.
+    Packed,
+    /// `keyed`: a 64-bit key in each item.
+    Keyed,
+}
+
+/// [`sort_descending`] into `order`, with reused buffers.
+pub fn sort_descending_into(values: &[f64], order: &mut Vec<u32>, scratch: &mut SortScratch) {
+    let n = values.len();
+    order.clear();
+    scratch.sorted = SortedKeys::None;
+    if n < 64 {
+        order.extend(0..n as u32);
+        order.sort_by_key(|&i| (descending_key(values[i as usize]), i));
+        return;
+    }
+    // Key in the high 32 bits, index in the low 32: half the data moved. Whether every value
+    // is an exact float32 is checked while packing (folds without early exit, so that the
+    // loop vectorises; NaN never reaches a sort): one read of the values in the usual case.
+    let packed = &mut scratch.packed;
+    resize_for_overwrite(packed, n);
+    let (varying, exact) = pack_f32_keys(values, packed);
+    if exact {
+        scratch.sorted = SortedKeys::Packed;
+        sort_items(
+            packed,
+            &mut scratch.packed_next,
+            varying as u64,
+            |x| x >> 32,
+            |x, k| (k << 32) | (x & 0xffff_ffff),
+        );
+        order.extend(scratch.packed.iter().map(|&x| x as u32));
+    } else {
+        scratch.sorted = SortedKeys::Keyed;
+        let keyed = &mut scratch.keyed;
+        keyed.clear();
+        let first = descending_key(values[0]);
+        let mut varying = 0;
+        keyed.extend(values.iter().enumerate().map(|(i, &v)| {
+            let k = descending_key(v);
+            varying |= k ^ first;
+            (k, i as u32)
+        }));
+        sort_items(
+            keyed,
+            &mut scratch.keyed_next,
+            varying,
+            |x| x.0,
+            |x, k| (k, x.1),
+        );
+        order.extend(scratch.keyed.iter().map(|&(_, i)| i));
+    }
+}
+
+crate::simd::widest! {
+/// Writes each value's float32 [`descending_key_f32`] in the high half of `packed` (as long as
+/// `values`) and its index in the low half; returns the key bits in which some key differs
+/// from the first, and whether every value is an exact float32. The folds run in eight lanes
+/// without early exit, so the loop vectorises.
+fn pack_f32_keys(values: &[f64], packed: &mut [u64]) -> (u32, bool) {
+    let first = descending_key_f32(values[0] as f32);
+    let (mut varying, mut exact) = ([0u32; 8], [true; 8]);
+    let mut pack = |lane: usize, v: f64, index: usize| {
+        let k = descending_key_f32(v as f32);
+        varying[lane] |= k ^ first;
+        exact[lane] &= (v as f32) as f64 == v;
+        ((k as u64) << 32) | index as u64
+    };
+    let whole = values.len() - values.len() % 8;
+    for (c, (v, out)) in values[..whole]
+        .chunks_exact(8)
+        .zip(packed.chunks_exact_mut(8))
+        .enumerate()
+    {
+        for lane in 0..8 {
+            out[lane] = pack(lane, v[lane], c * 8 + lane);
+        }
+    }
+    for (lane, (&v, out)) in values[whole..].iter().zip(&mut packed[whole..]).enumerate() {
+        *out = pack(lane, v, whole + lane);
+    }
+    (
+        varying.iter().fold(0, |a, &b| a | b),
+        exact.iter().all(|&e| e),
+    )
+}
+}
+
+/// Sorts `items` by `key` (see [`radix_sort`]), where `varying` has the key bits in which
+/// some item differs from another (noted while filling them).
+fn sort_items<T: Copy + Default>(
+    items: &mut Vec<T>,
+    next: &mut Vec<T>,
+    varying: u64,
+    key: impl Fn(T) -> u64,
+    set_key: impl Fn(T, u64) -> T,
+) {
+    if let Some(span) = drop_common_low_bits(items, varying, &key, set_key) {
+        radix_sort(items, next, key, span);
+    }
+}
+
+/// Shifts out the low bits on which all keys agree (`varying`: the bits in which some key
+/// differs from another; `set_key` writes a key back), so that a radix sort's digits start at
+/// bit 0 and its shifts are constants; equal keys stay equal and the order is kept. Returns
+/// the number of bits left up to the highest one that varies, or None when all keys are
+/// equal.
+fn drop_common_low_bits<T: Copy>(
+    items: &mut [T],
+    varying: u64,
+    key: impl Fn(T) -> u64,
+    set_key: impl Fn(T, u64) -> T,
+) -> Option<u32> {
+    if varying == 0 {
+        return None;
+    }
+    let low = varying.trailing_zeros();
+    if low > 0 {
+        for x in items.iter_mut() {
+            *x = set_key(*x, key(*x) >> low);
+        }
+    }
+    Some(64 - varying.leading_zeros() - low)
+}
+
+/// Stable LSD radix sort of `items` by `key(item)`, ascending, where the keys differ only in
+/// their `span` lowest bits. Those take 8-bit digits (256 buckets: every bucket's write
+/// position stays in L1), or, when at most 22 bits vary (float16 or bfloat16 values, small
+/// integers), 11-bit digits: two passes instead of three. A digit on which every key agrees
+/// is skipped. The counts come from one pass into two tables that take alternate items:
+/// with few distinct digits (ties), consecutive items of one table would wait on each
+/// other's counter updates.
+fn radix_sort<T: Copy + Default>(
+    items: &mut Vec<T>,
+    next: &mut Vec<T>,
+    key: impl Fn(T) -> u64,
+    span: u32,
+) {
+    // Widths, bucket counts and digit counts are constants of each instance: constant
+    // shifts, known bounds, unrolled digit loops, and 8-bit tables that stay in L1.
+    match span {
+        0..=11 => radix_passes::<T, 11, 2048, 1>(items, next, &key),
+        12..=22 => radix_passes::<T, 11, 2048, 2>(items, next, &key),
+        23..=24 => radix_passes::<T, 8, 256, 3>(items, next, &key),
+        25..=32 => radix_passes::<T, 8, 256, 4>(items, next, &key),
+        _ => radix_passes::<T, 8, 256, 8>(items, next, &key),
+    }
+}
+
+/// The passes of [`radix_sort`]: `DIGITS` digits of `WIDTH` bits (`BUCKETS` = 2^WIDTH) from
+/// bit 0 up (WIDTH * (DIGITS - 1) < 64).
+fn radix_passes<
+    T: Copy + Default,
+    const WIDTH: usize,
+    const BUCKETS: usize,
+    const DIGITS: usize,
+>(
+    items: &mut Vec<T>,
+    next: &mut Vec<T>,
+    key: &impl Fn(T) -> u64,
+) {
+    debug_assert_eq!(BUCKETS, 1 << WIDTH);
+    let n = items.len();
+    let digit = |item: T, d: usize| ((key(item) >> (WIDTH * d)) as usize) & (BUCKETS - 1);
+    // counts[table][d][b]
+    let mut counts = [[[0u32; BUCKETS]; DIGITS]; 2];
+    let [even, odd] = &mut counts;
+    let mut pairs = items.chunks_exact(2);
+    for pair in &mut pairs {
+        for (d, (e, o)) in even.iter_mut().zip(odd.iter_mut()).enumerate() {
+            e[digit(pair[0], d)] += 1;
+            o[digit(pair[1], d)] += 1;
+        }
+    }
+    for &item in pairs.remainder() {
+        for (d, c) in even.iter_mut().enumerate() {
+            c[digit(item, d)] += 1;
+        }
+    }
+    resize_for_overwrite(next, n);
+    let mut start = [0usize; BUCKETS];
+    let [even, odd] = &counts;
+    for (d, (even, odd)) in even.iter().zip(odd).enumerate() {
+        let count = |b: usize| (even[b] + odd[b]) as usize;
+        if (0..BUCKETS).any(|b| count(b) == n) {
+            continue; // every key has the same digit here
+        }
+        let mut total = 0;
+        for (b, s) in start.iter_mut().enumerate() {
+            *s = total;
+            total += count(b);
+        }
+        let dst = next.as_mut_ptr();
+        for &item in items.iter() {
+            let b = digit(item, d);
+            // SAFETY: bucket b's items go to start[b].. in turn, count(b) of them, and the
+            // buckets' ranges tile 0..n, the length of `next`: every write is in bounds and
+            // none lands twice.
+            unsafe { dst.add(start[b]).write(item) };
+            start[b] += 1;
+        }
+        std::mem::swap(items, next);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn radix_sort_matches_a_comparison_sort() {
+        let mut state = 12345u64;
+        let mut values: Vec<f64> = (0..5000)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let r = (state >> 33) as f64 / (1u64 << 31) as f64;
+                // heavy ties, negatives, zeros of both signs, float32-rounded values
+                match state % 5 {
+                    0 => 0.0,
+                    1 => -0.0,
+                    2 => (r * 10.0).floor() - 5.0,
+                    3 => (r as f32) as f64,
+                    _ => -r * 1e300,
+                }
+            })
+            .collect();
+        let check = |values: &[f64]| {
+            let got = sort_descending(values);
+            let mut want: Vec<u32> = (0..values.len() as u32).collect();
+            want.sort_by(|&a, &b| {
+                values[b as usize]
+                    .partial_cmp(&values[a as usize])
+                    .unwrap()
+                    .then(a.cmp(&b))
+            });
+            assert_eq!(got, want);
+        };
+        // all exact float32: the packed 32-bit path
+        let as_f32: Vec<f64> = values
+            .iter()
+            .map(|&v| (v as f32) as f64)
+            .map(|v| if v.is_finite() { v } else { 0.0 })
+            .collect();
+        assert!(as_f32.iter().all(|&v| (v as f32) as f64 == v));
+        check(&as_f32);
+        // both parities of n (the counts alternate between two tables), from the smallest
+        // radix-sorted length up
+        for n in [64, 65, 66, 127, 1001] {
+            check(&as_f32[..n]);
+            check(&values[..n]);
+        }
+        // float16 values of both signs (13 low mantissa bits zero in every key: the 11-bit
+        // digits), and bfloat16 ones (16 zero bits), with zeros of both signs among them
+        for keep_bits in [10, 7] {
+            let low = (1u32 << (23 - keep_bits)) - 1;
+            let rounded: Vec<f64> = as_f32
+                .iter()
+                .map(|&v| f32::from_bits((v as f32).to_bits() & !low) as f64)
+                .collect();
+            check(&rounded);
+            check(&rounded[..65]);
+        }
+        // not float32: the 64-bit path
+        values.push(f64::MAX);
+        values.push(f64::MIN);
+        values.push(0.1);
+        check(&values);
+    }
+}

@@ -1,0 +1,213 @@
+//! `ScoreParams`: the five scoring parameters as one frozen, validated Python object.
+//!
+//! The Python types are checked here, as the values are extracted; every range rule is the
+//! core's (`Params::validate`, and `K_RULE`/`SEED_RULE` for the integer domains).
+
+use neuroneval_core::metric::{K_RULE, SEED_RULE};
+use neuroneval_core::Params;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyTuple};
+
+use crate::convert::parameter_error;
+use crate::errors::to_py_err;
+
+/// The five scoring parameters, frozen and validated once by the core (`Params::validate`).
+///
+/// Parameters
+/// ----------
+/// alpha : float, default 0.005
+///     Top-alpha fraction that binarises each unit, 0 < alpha <= 1.
+/// lam : float, default 1.0
+///     wpmi's lambda, a finite number >= 0.
+/// k : int, default 25
+///     Inputs the top-random metrics draw from the top and from all inputs, each; k >= 1.
+/// top_alpha : float, default 0.002
+///     The top fraction the top-random metrics draw from, 0 < top_alpha <= 1.
+/// seed : int, default 0
+///     Seed of every random draw, an integer in [0, 2^64).
+///
+/// A value outside its domain, or of the wrong type (a bool; a float for k or seed), raises
+/// `neuroneval.errors.ParameterError` naming the parameter. None stands for the default.
+/// `replace(**changes)` returns a validated copy; `to_dict()` the values as a JSON-able dict.
+#[pyclass(
+    frozen,
+    eq,
+    skip_from_py_object,
+    module = "neuroneval._core",
+    name = "ScoreParams"
+)]
+#[derive(Clone, PartialEq)]
+pub struct ScoreParams(pub Params);
+
+const FIELDS: [&str; 5] = ["alpha", "lam", "k", "top_alpha", "seed"];
+
+fn repr_of(value: &Bound<'_, PyAny>) -> String {
+    value
+        .repr()
+        .map_or_else(|_| "<unprintable>".to_string(), |r| r.to_string())
+}
+
+/// A real number (int, float or numpy scalar; not a bool or a string).
+fn real(name: &'static str, value: &Bound<'_, PyAny>) -> PyResult<f64> {
+    let wrong = || parameter_error(name, repr_of(value), "must be a real number");
+    if value.is_instance_of::<PyBool>() {
+        return Err(wrong());
+    }
+    value.extract::<f64>().map_err(|_| wrong())
+}
+
+/// An integer (int or numpy integer; not a bool or a float) in the field's type.
+fn integer<'py, T: FromPyObjectOwned<'py>>(
+    name: &'static str,
+    rule: &'static str,
+    value: &Bound<'py, PyAny>,
+) -> PyResult<T> {
+    let wrong = || parameter_error(name, repr_of(value), rule);
+    if value.is_instance_of::<PyBool>() {
+        return Err(wrong());
+    }
+    value.extract::<T>().map_err(|_| wrong())
+}
+
+impl ScoreParams {
+    /// `base` with the named fields set from Python values, validated.
+    fn with<'py>(
+        base: Params,
+        changes: impl IntoIterator<Item = (String, Option<Bound<'py, PyAny>>)>,
+    ) -> PyResult<ScoreParams> {
+        let mut p = base;
+        for (key, value) in changes {
+            let Some(value) = value.filter(|v| !v.is_none()) else {
+                continue;
+            };
+            match key.as_str() {
+                "alpha" => p.alpha = real("alpha", &value)?,
+                "lam" => p.lambda = real("lam", &value)?,
+                "k" => p.top_random_k = integer("k", K_RULE, &value)?,
+                "top_alpha" => p.top_random_alpha = real("top_alpha", &value)?,
+                "seed" => p.seed = integer("seed", SEED_RULE, &value)?,
+                other => {
+                    return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                        "unexpected parameter {other:?}; ScoreParams has {}",
+                        FIELDS.join(", ")
+                    )))
+                }
+            }
+        }
+        p.validate().map_err(to_py_err)?;
+        Ok(ScoreParams(p))
+    }
+
+    fn values<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let p = &self.0;
+        (
+            p.alpha,
+            p.lambda,
+            p.top_random_k,
+            p.top_random_alpha,
+            p.seed,
+        )
+            .into_pyobject(py)
+    }
+}
+
+#[pymethods]
+impl ScoreParams {
+    /// Each parameter defaults to the core's default (None also stands for it).
+    #[new]
+    #[pyo3(
+        signature = (alpha=None, lam=None, k=None, top_alpha=None, seed=None),
+        text_signature = "(alpha=0.005, lam=1.0, k=25, top_alpha=0.002, seed=0)"
+    )]
+    fn new(
+        alpha: Option<Bound<'_, PyAny>>,
+        lam: Option<Bound<'_, PyAny>>,
+        k: Option<Bound<'_, PyAny>>,
+        top_alpha: Option<Bound<'_, PyAny>>,
+        seed: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let given = FIELDS
+            .iter()
+            .map(|f| f.to_string())
+            .zip([alpha, lam, k, top_alpha, seed]);
+        ScoreParams::with(Params::default(), given)
+    }
+
+    /// Top-alpha fraction that binarises each unit, 0 < alpha <= 1.
+    #[getter]
+    fn alpha(&self) -> f64 {
+        self.0.alpha
+    }
+
+    /// wpmi's lambda, >= 0.
+    #[getter]
+    fn lam(&self) -> f64 {
+        self.0.lambda
+    }
+
+    /// Inputs the top-random metrics draw per half, >= 1.
+    #[getter]
+    fn k(&self) -> usize {
+        self.0.top_random_k
+    }
+
+    /// The top fraction the top-random metrics draw from, 0 < top_alpha <= 1.
+    #[getter]
+    fn top_alpha(&self) -> f64 {
+        self.0.top_random_alpha
+    }
+
+    /// Seed of every random draw, in [0, 2^64).
+    #[getter]
+    fn seed(&self) -> u64 {
+        self.0.seed
+    }
+
+    /// A copy with some parameters changed, validated again.
+    #[pyo3(signature = (**changes))]
+    fn replace(&self, changes: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let mut list = Vec::new();
+        if let Some(changes) = changes {
+            for (key, value) in changes.iter() {
+                list.push((key.extract::<String>()?, Some(value)));
+            }
+        }
+        ScoreParams::with(self.0, list)
+    }
+
+    /// The parameters as a JSON-able dict, in field order.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (key, value) in FIELDS.iter().zip(self.values(py)?.iter()) {
+            d.set_item(key, value)?;
+        }
+        Ok(d)
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let p = &self.0;
+        let float = |v: f64| -> PyResult<String> { Ok(PyFloat::new(py, v).repr()?.to_string()) };
+        Ok(format!(
+            "ScoreParams(alpha={}, lam={}, k={}, top_alpha={}, seed={})",
+            float(p.alpha)?,
+            float(p.lambda)?,
+            p.top_random_k,
+            float(p.top_random_alpha)?,
+            p.seed
+        ))
+    }
+
+    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+        self.values(py)?.hash()
+    }
+
+    fn __getnewargs__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        self.values(py)
+    }
+
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, pyo3::types::PyType>, Bound<'py, PyTuple>)> {
+        Ok((slf.get_type(), slf.get().values(slf.py())?))
+    }
+}

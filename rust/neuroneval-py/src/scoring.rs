@@ -1,0 +1,174 @@
+//! The scoring functions: extract arguments, run the core without the GIL, convert back.
+
+use neuroneval_core::pair::{table_scores as core_table_scores, Table};
+use neuroneval_core::single::{self, RankStatistic};
+use neuroneval_core::{ConceptSet, Needs};
+use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2};
+use pyo3::prelude::*;
+
+use crate::convert::{self, with_view, ConceptsArg, FloatMatrix, SourceArg};
+use crate::errors::{shape_error, to_py_err};
+use crate::params::ScoreParams;
+use crate::pool::run;
+
+/// Concepts validated and transformed once, for scoring many blocks of units against them.
+#[pyclass(frozen, module = "neuroneval._core")]
+pub struct PreparedConcepts {
+    set: ConceptSet,
+}
+
+#[pymethods]
+impl PreparedConcepts {
+    /// (N, T): the number of inputs and of concepts.
+    #[getter]
+    fn shape(&self) -> (usize, usize) {
+        (self.set.n_inputs, self.set.len())
+    }
+}
+
+/// Checks metric names and parameters without scoring anything, so long jobs fail early.
+#[pyfunction]
+pub fn check_arguments(metrics: Vec<String>, params: PyRef<'_, ScoreParams>) -> PyResult<()> {
+    convert::metrics(&metrics)?;
+    params.0.validate().map_err(to_py_err)
+}
+
+/// Validates and transforms concepts once for matrix calls with these metrics.
+#[pyfunction]
+pub fn prepare_concepts(
+    py: Python<'_>,
+    concepts: SourceArg<'_>,
+    metrics: Vec<String>,
+) -> PyResult<PreparedConcepts> {
+    let metrics = convert::metrics(&metrics)?;
+    let c = convert::source(&concepts, "concepts")?;
+    let c = &*c;
+    let set = run(py, || {
+        ConceptSet::build(c, None, &Needs::of(&metrics), true)
+    })?;
+    Ok(PreparedConcepts { set })
+}
+
+/// Every requested metric for all (unit, concept) pairs: a list of (K, T) float64 arrays.
+#[pyfunction]
+#[pyo3(signature = (activations, concepts, metrics, params, first_unit=0))]
+pub fn score_matrix<'py>(
+    py: Python<'py>,
+    activations: SourceArg<'py>,
+    concepts: ConceptsArg<'py>,
+    metrics: Vec<String>,
+    params: PyRef<'py, ScoreParams>,
+    first_unit: usize,
+) -> PyResult<Vec<Bound<'py, PyArray2<f64>>>> {
+    let metrics = convert::metrics(&metrics)?;
+    let params = params.0;
+    let a = convert::source(&activations, "activations")?;
+    let a = &*a;
+    let (scores, n_concepts) = match &concepts {
+        ConceptsArg::Prepared(prepared) => {
+            let set = &prepared.get().set;
+            let scores = run(py, || {
+                neuroneval_core::score_matrix_with(a, set, &metrics, &params, first_unit)
+            })?;
+            (scores, set.len())
+        }
+        ConceptsArg::Source(arg) => {
+            let c = convert::source(arg, "concepts")?;
+            let c = &*c;
+            let scores = run(py, || {
+                neuroneval_core::score_matrix(a, c, &metrics, &params, first_unit)
+            })?;
+            (scores, c.cols())
+        }
+    };
+    let units = a.cols();
+    scores
+        .into_iter()
+        .map(|s| s.into_pyarray(py).reshape([units, n_concepts]))
+        .collect()
+}
+
+/// Every requested metric for the listed (unit, concept) pairs: a list of (P,) arrays.
+#[pyfunction]
+pub fn score_pairs<'py>(
+    py: Python<'py>,
+    activations: SourceArg<'py>,
+    concepts: SourceArg<'py>,
+    pairs: PyReadonlyArray2<'py, i64>,
+    metrics: Vec<String>,
+    params: PyRef<'py, ScoreParams>,
+) -> PyResult<Vec<Bound<'py, PyArray1<f64>>>> {
+    let metrics = convert::metrics(&metrics)?;
+    let params = params.0;
+    let list = convert::pairs(&pairs)?;
+    let (a, c) = (
+        convert::source(&activations, "activations")?,
+        convert::source(&concepts, "concepts")?,
+    );
+    let (a, c) = (&*a, &*c);
+    let scores = run(py, || {
+        neuroneval_core::score_pairs(a, c, &list, &metrics, &params)
+    })?;
+    Ok(scores.into_iter().map(|s| s.into_pyarray(py)).collect())
+}
+
+/// Every requested metric of each 2x2 table (n, n11, n10, n01) of a binary unit, used as
+/// already binarised, against a binary concept: a list of (P,) arrays, the pair kernel's
+/// values for such vectors.
+#[pyfunction]
+#[pyo3(signature = (n, n11, n10, n01, metrics, lam=1.0))]
+pub fn table_scores<'py>(
+    py: Python<'py>,
+    n: PyReadonlyArray1<'py, f64>,
+    n11: PyReadonlyArray1<'py, f64>,
+    n10: PyReadonlyArray1<'py, f64>,
+    n01: PyReadonlyArray1<'py, f64>,
+    metrics: Vec<String>,
+    lam: f64,
+) -> PyResult<Vec<Bound<'py, PyArray1<f64>>>> {
+    let metrics = convert::metrics(&metrics)?;
+    let (n, n11, n10, n01) = (n.as_array(), n11.as_array(), n10.as_array(), n01.as_array());
+    if [n11.len(), n10.len(), n01.len()]
+        .iter()
+        .any(|&l| l != n.len())
+    {
+        return Err(shape_error(format!(
+            "the table counts must have one length; got n {}, n11 {}, n10 {}, n01 {}",
+            n.len(),
+            n11.len(),
+            n10.len(),
+            n01.len()
+        )));
+    }
+    let tables = (0..n.len())
+        .map(|i| Table::new(n[i], n11[i], n10[i], n01[i]))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(to_py_err)?;
+    let scores = run(py, || core_table_scores(&tables, &metrics, lam))?;
+    Ok(scores.into_iter().map(|s| s.into_pyarray(py)).collect())
+}
+
+/// ROC AUC or average precision of each column pair (labels[:, j], scores[:, j]).
+#[pyfunction]
+pub fn rank_statistic_columns<'py>(
+    py: Python<'py>,
+    statistic: &str,
+    labels: FloatMatrix<'py>,
+    scores: FloatMatrix<'py>,
+) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    let stat = match statistic {
+        "roc_auc" => RankStatistic::RocAuc,
+        "average_precision" => RankStatistic::AveragePrecision,
+        other => {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "unknown statistic {other:?}"
+            )))
+        }
+    };
+    let out = with_view!(&labels, "labels", |y| {
+        with_view!(&scores, "scores", |s| run(py, || single::columns(
+            stat, y, s
+        ))?)
+    });
+    Ok(out.into_pyarray(py))
+}
