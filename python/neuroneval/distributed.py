@@ -25,11 +25,9 @@ import os
 import shutil
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-
-import numpy as np
 
 from . import _core, _evaluate
 from ._evaluate import partial_dir
@@ -137,9 +135,9 @@ def evaluate(
         names=plan.names,
         params=plan.params,
         top=plan.top,
-        conc=_in_memory(plan.conc),
+        conc=plan.conc.in_memory(),
         bounds=plan.bounds,
-        acts=None if _path_of(plan.acts) else _in_memory(plan.acts),
+        acts=None if _path_of(plan.acts) else plan.acts.in_memory(),
         path=_path_of(plan.acts),
         unit_names=plan.acts.names,
         shape=plan.acts.shape,
@@ -215,17 +213,6 @@ def _path_of(acts: Source) -> str | None:
     if acts.kind == "shards":
         return str(Path(acts.origin).resolve())
     return None
-
-
-def _in_memory(src: Source) -> Source:
-    """`src` with its data read into memory (memory maps are not shipped as maps)."""
-    core = src.core
-    if isinstance(core, np.memmap):
-        core = np.array(core)
-    elif isinstance(core, list):
-        core = [np.array(a) if isinstance(a, np.memmap) else a for a in core]
-    # The fingerprint is kept (computed from the files) so that nothing rehashes the data.
-    return replace(src, core=core, _digest=src.fingerprint() if src.files else src._digest)
 
 
 # ---------------------------------------------------------------------------- in a worker

@@ -151,6 +151,17 @@ class Source:
             return np.concatenate([np.asarray(s[:, cols]) for s in core], axis=0)
         return np.asarray(core) if columns is None else np.asarray(np.asarray(core)[:, cols])
 
+    def in_memory(self) -> Source:
+        """The same source with its memory maps read into memory, to send to another process
+        (a map is not shipped as a map). The fingerprint stays that of the files, so nothing
+        rehashes the data."""
+        core = self.core
+        if isinstance(core, np.memmap):
+            core = np.array(core)
+        elif isinstance(core, list):
+            core = [np.array(a) if isinstance(a, np.memmap) else a for a in core]
+        return replace(self, core=core, _digest=self.fingerprint() if self.files else self._digest)
+
     def row_chunks(self, rows: int) -> Iterator[np.ndarray]:
         """Dense row-major chunks of about `rows` rows, in order, each read once from disk
         into memory (plain reads, not a memory map, so nothing stays resident)."""
