@@ -166,8 +166,8 @@ class TestLocal:
         ({"units_per_task": 0}, errors.NeuronEvalError),
         ({"concepts": "bad-concepts"}, errors.NeuronEvalError),
         ({"concepts": "short"}, errors.ShapeError),
-        ({"out": "missing-dir/x.parquet"}, FileNotFoundError),
-        ({"activations": "missing.npy"}, FileNotFoundError),
+        ({"out": "missing-dir/x.parquet"}, errors.OutputError),
+        ({"activations": "missing.npy"}, errors.SourceError),
     ],
 )
 def test_bad_input_raises_before_submission(

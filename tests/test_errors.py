@@ -37,7 +37,9 @@ def test_hierarchy() -> None:
     for name in errors.__all__:
         cls = getattr(errors, name)
         assert issubclass(cls, neuroneval.NeuronEvalError)
-        if name != "NeuronEvalError":
+        if name == "OutputWriteError":  # a full disk is not bad input: an OSError
+            assert issubclass(cls, OSError) and not issubclass(cls, ValueError)
+        elif name != "NeuronEvalError":
             assert issubclass(cls, ValueError), name
     assert neuroneval.NeuronEvalError is errors.NeuronEvalError
 

@@ -538,9 +538,9 @@ def test_mismatched_inputs_before_any_file(tmp_path: Path) -> None:
     out = tmp_path / "scores.parquet"
     with pytest.raises(errors.ShapeError, match=str(N - 1)):
         neuroneval.evaluate(A64, C64[:-1], out=out, block_units=2, progress=False)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(errors.SourceError, match="missing.npy does not exist"):
         neuroneval.evaluate(tmp_path / "missing.npy", C64, out=out, progress=False)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(errors.OutputError, match="no-such-dir does not exist"):
         neuroneval.evaluate(A64, C64, out=tmp_path / "no-such-dir" / "scores.parquet", progress=False)
     assert list(tmp_path.iterdir()) == []
 

@@ -520,8 +520,7 @@ def expect(cls: type[Exception], *fragments: str, call: Callable[[], Any]) -> st
     with pytest.raises(cls) as info:
         call()
     message = str(info.value)
-    if cls is not FileNotFoundError:
-        assert isinstance(info.value, errors.NeuronEvalError) and isinstance(info.value, ValueError)
+    assert isinstance(info.value, errors.NeuronEvalError) and isinstance(info.value, ValueError)
     for f in fragments:
         assert f.lower() in message.lower(), (f, message)
     return message
@@ -529,12 +528,12 @@ def expect(cls: type[Exception], *fragments: str, call: Callable[[], Any]) -> st
 
 def test_missing_file(tmp_path: Path) -> None:
     missing = tmp_path / "nope.npy"
-    expect(FileNotFoundError, "nope.npy", call=lambda: neuroneval.compute(missing, C64))
-    expect(FileNotFoundError, "nope.npy", call=lambda: neuroneval.compute(A64, missing))
-    expect(FileNotFoundError, "nope.csv", call=lambda: neuroneval.compute(A64, tmp_path / "nope.csv"))
+    expect(errors.SourceError, "nope.npy does not exist", call=lambda: neuroneval.compute(missing, C64))
+    expect(errors.SourceError, "nope.npy does not exist", call=lambda: neuroneval.compute(A64, missing))
+    expect(errors.SourceError, "nope.csv does not exist", call=lambda: neuroneval.compute(A64, tmp_path / "nope.csv"))
     d = write_shards(tmp_path / "s", [A64[:5], A64[5:]])
     (d / "shard-00001.npy").unlink()
-    expect(FileNotFoundError, "shard-00001.npy", call=lambda: open_activations(d))
+    expect(errors.SourceError, "shard-00001.npy", "does not exist", call=lambda: open_activations(d))
 
 
 def test_corrupt_and_truncated_npy(tmp_path: Path) -> None:

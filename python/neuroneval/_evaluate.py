@@ -18,8 +18,19 @@ Interrupted runs
     Finished blocks are kept in `<out>.partial/` as parquet parts, each written atomically.
     Run `evaluate` again with the same arguments and it resumes after the last finished
     block (and says so); the final file is identical to an uninterrupted run's. Different
-    arguments or data against the same output raise `ResumeError` unless `restart=True`.
-    The final file appears under its name only when complete (written aside, then renamed).
+    arguments or data against the same output raise `ResumeError` unless `restart=True`,
+    except after a run that stopped on bad input (a NaN deep in a file that is read only
+    once): it records the error in `<out>.partial/failed.json`, and a rerun whose inputs have
+    changed since (the file was fixed) starts over by itself. The final file appears under
+    its name only when complete (written aside, then renamed).
+
+One writer per output
+    Every argument and the output path are checked before anything is computed (the output
+    must not be a directory, nor one of the inputs). A run then holds an exclusive lock on
+    `<out>.lock` (`neuroneval.files.output_lock`) until it is done: a second run on the same
+    output fails at once with `OutputLockedError`, naming the process that holds it. A
+    full disk or another I/O error raises `OutputWriteError` naming the path and the step,
+    and leaves the finished parts in place: the same call resumes once there is room.
 """
 
 from __future__ import annotations
@@ -28,8 +39,9 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -38,17 +50,19 @@ import numpy as np
 import polars as pl
 
 from . import _core
-from .errors import ParameterError, ResumeError, ShapeError
-from .files import write_atomic
+from ._coerce import check_integer
+from .errors import InvalidInputError, NonFiniteError, ParameterError, ResumeError, ShapeError
+from .files import check_output, output_lock, remove_stale_temporaries, write_atomic, writing
 from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, ScoreParams, metric_list
 from .progress import Progress
-from .sources import Source, open_activations, open_concepts
+from .sources import Source, input_paths, open_activations, open_concepts
 
 __all__ = ["evaluate", "partial_dir", "DEFAULT_BLOCK_BYTES"]
 
 # `neuroneval.distributed` runs the same plan as Ray tasks; it shares, besides `partial_dir`:
 # `plan_run` and `Plan` (the checked arguments), `unit_blocks`, `check_out`, `open_state`
-# (run.json, the resume rule), `read_columns`, `score_block`, `write_part` and `merge_parts`.
+# (run.json, the resume rule), `record_failure`, `read_columns`, `score_block`, `write_part`
+# and `merge_parts`.
 
 #: Default size of one block's activations in their own dtype (the scratch read per block).
 DEFAULT_BLOCK_BYTES = 256 << 20
@@ -57,6 +71,8 @@ _MAX_BLOCK_ROWS = 2_000_000
 #: Bytes of rows read from a row-major file at a time during the transposition.
 _CHUNK_BYTES = 64 << 20
 _STATE = "run.json"
+#: Written into `<out>.partial/` when a block fails on bad input (see `record_failure`).
+_FAILED = "failed.json"
 
 
 def partial_dir(out: str | os.PathLike[str]) -> Path:
@@ -130,21 +146,41 @@ def evaluate(
     params = ScoreParams(alpha=alpha, lam=lam, k=k, top_alpha=top_alpha, seed=seed)
     plan = plan_run(activations, concepts, metrics, params, keep, block_units, unit_names, concept_names)
     report = Progress(progress)
+    if scratch is not None and not Path(scratch).is_dir():
+        raise ParameterError(f"the scratch directory {scratch} does not exist (or is not a directory)")
 
     if out is None:
+        plan.prepare()
         with tempfile.TemporaryDirectory(prefix="neuroneval-", dir=scratch) as tmp:
             parts = _Job(plan, Path(tmp), report).run(Path(tmp) / "scratch")
             return pl.concat(parts) if parts else _empty_table(plan.names, plan.top, plan.acts, plan.conc)
 
-    out = check_out(out)
-    work = partial_dir(out)
-    done = open_state(work, plan.state(), restart, report)
-    # Our own subdirectory of a user's scratch directory: only it is ever deleted.
-    scratch_dir = work / "scratch" if scratch is None else Path(scratch) / f"{work.name}-scratch"
-    _Job(plan, work, report).run(scratch_dir, done)
-    merge_parts(work, len(plan.bounds), out)
-    shutil.rmtree(work, ignore_errors=True)
+    out = check_out(out, plan.inputs(unit_names, concept_names))
+    with output_lock(out) as lock:
+        note_takeover(lock, report)
+        plan.prepare()
+        work = partial_dir(out)
+        done = open_state(work, plan.state(), restart, report)
+        # Our own subdirectory of a user's scratch directory: only it is ever deleted.
+        scratch_dir = work / "scratch" if scratch is None else Path(scratch) / f"{work.name}-scratch"
+        with record_failure(work):
+            _Job(plan, work, report).run(scratch_dir, done)
+        merge_parts(work, len(plan.bounds), out)
+        shutil.rmtree(work, ignore_errors=True)
     return out
+
+
+def note_takeover(lock: Any, report: Progress) -> None:
+    """Says so when the run took over the lock of a run that was killed, and removes the
+    temporary files that run's writes left beside the output."""
+    removed = remove_stale_temporaries(lock.out)
+    if lock.took_over:
+        holder = lock.took_over
+        report.say(
+            f"taking over {lock.path} from process {holder.get('pid')} on host {holder.get('host')}, "
+            f"which stopped without releasing it"
+            + (f"; removed {removed} unfinished temporary files" if removed else "")
+        )
 
 
 @dataclass
@@ -158,7 +194,20 @@ class Plan:
     acts: Source
     conc: Source
     bounds: list[tuple[int, int]]
-    prepared: _core.PreparedConcepts | None
+    prepared: _core.PreparedConcepts | None = None
+
+    def prepare(self) -> None:
+        """Validates (and transforms) the concepts, and checks that the activations hold
+        only finite values where that costs no more than one pass over data in memory:
+        every input error the data can cause is raised here, before a block is scored
+        (a row-major file is checked as it is read once, still before any block)."""
+        self.prepared = _core.prepare_concepts(self.conc.core, self.names)
+        if len(self.bounds) > 1 and self.acts.kind in ("array", "sparse") and not self.acts.files:
+            check_finite(self.acts)
+
+    def inputs(self, *names: Any) -> list[Path]:
+        """Every file and directory this run reads (the sources, and names given as files)."""
+        return input_paths(self.acts, self.conc, *names)
 
     def state(self) -> dict[str, Any]:
         """The run's fingerprint, kept as `run.json` in `<out>.partial/` (the resume rule)."""
@@ -197,16 +246,47 @@ def plan_run(
     if acts.n_rows != conc.n_rows:
         raise ShapeError(f"activations have {acts.n_rows} inputs (rows) but concepts have {conc.n_rows}")
     bounds = unit_blocks(acts, conc.n_columns, block_units)
-    # The concepts are validated (and transformed) before anything is written.
-    prepared = _core.prepare_concepts(conc.core, names)
-    return Plan(names, params, keep, top, acts, conc, bounds, prepared)
+    return Plan(names, params, keep, top, acts, conc, bounds)
 
 
-def check_out(out: str | os.PathLike[str]) -> Path:
-    out = Path(out)
-    if not out.parent.is_dir():
-        raise FileNotFoundError(f"the output directory {out.parent} does not exist")
-    return out
+def check_out(out: Any, inputs: Sequence[Path] = ()) -> Path:
+    """The output path, checked (`neuroneval.files.check_output`): its directory exists and
+    is writable, it is not a directory, and neither it nor `<out>.partial` is an input."""
+    if not isinstance(out, (str, os.PathLike)):
+        raise ParameterError(f"out must be a path; got {out!r}")
+    return check_output(out, inputs)
+
+
+def check_finite(acts: Source) -> None:
+    """A `NonFiniteError` naming the first (row, column) of a NaN or infinity in `acts`,
+    data in memory (an array or a sparse matrix's values), by row chunks."""
+    if isinstance(acts.core, tuple):  # CSC: (rows, indptr, indices, values)
+        _, indptr, indices, values = acts.core
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            cols = np.searchsorted(indptr, bad, side="right") - 1
+            # the first in row-major order, like the core's own scan
+            first = int(np.lexsort((cols, indices[bad]))[0])
+            _raise_non_finite(int(indices[bad[first]]), int(cols[first]), float(values[bad[first]]))
+        return
+    row = 0
+    for chunk in acts.row_chunks(_chunk_rows(acts)):
+        check_finite_rows(chunk, row)
+        row += chunk.shape[0]
+
+
+def check_finite_rows(chunk: np.ndarray, first_row: int) -> None:
+    """A `NonFiniteError` for the first NaN or infinity of a row chunk that starts at row
+    `first_row` of the activations."""
+    finite = np.isfinite(chunk)
+    if not finite.all():
+        i, j = np.argwhere(~finite)[0]
+        _raise_non_finite(first_row + int(i), int(j), float(chunk[i, j]))
+
+
+def _raise_non_finite(row: int, column: int, value: float) -> None:
+    # The core's own wording for the same error (CoreError::NonFinite).
+    raise NonFiniteError(f"activations contains a non-finite value ({value}) at row {row}, column {column}")
 
 
 def score_block(
@@ -246,20 +326,15 @@ def read_columns(acts: Source, start: int, stop: int) -> Any:
 def write_part(work: Path, block: int, frame: pl.DataFrame) -> None:
     """The block's part file, written aside (a name of this process's own), synced, then
     renamed into place: a part is whole or absent, and rewriting it is harmless."""
-    final = _part(work, block)
-    tmp = final.with_name(f"{final.name}.{os.getpid()}.tmp")
-    frame.write_parquet(tmp)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
+    write_atomic(_part(work, block), frame.write_parquet, step=f"writing the part of block {block}")
 
 
 def _check_keep(keep: Any) -> int | None:
     if isinstance(keep, str) and keep == "all":
         return None
-    if isinstance(keep, (int, np.integer)) and not isinstance(keep, bool) and keep >= 1:
-        return int(keep)
-    raise ParameterError(f"keep must be 'all' or a positive integer; got {keep!r}")
+    if isinstance(keep, str):
+        raise ParameterError(f"keep must be 'all' or a positive integer; got {keep!r}")
+    return check_integer(keep, "keep", minimum=1)
 
 
 def unit_blocks(acts: Source, n_concepts: int, block_units: int | None) -> list[tuple[int, int]]:
@@ -271,21 +346,28 @@ def unit_blocks(acts: Source, n_concepts: int, block_units: int | None) -> list[
             per_unit = max(1, 12 * len(acts.core[2]) // max(1, k))
         by_bytes = DEFAULT_BLOCK_BYTES // max(1, per_unit)
         block_units = max(1, min(k, by_bytes, _MAX_BLOCK_ROWS // max(1, n_concepts)))
-    elif isinstance(block_units, bool) or not isinstance(block_units, (int, np.integer)) or block_units < 1:
-        raise ParameterError(f"block_units must be a positive integer; got {block_units!r}")
-    b = int(block_units)
+    b = check_integer(block_units, "block_units", minimum=1)
     return [(s, min(s + b, k)) for s in range(0, k, b)]
 
 
 def open_state(work: Path, state: dict[str, Any], restart: bool, report: Progress) -> set[int]:
     """The blocks already finished in `work`, after checking that they belong to this run."""
     path = work / _STATE
+    if work.exists() and not work.is_dir():
+        raise ResumeError(f"{work} is a file, not a neuroneval run; remove it")
     if path.is_file():
         try:
             previous = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError):
             previous = None
+        failed = _failure(work)
         if previous != json.loads(json.dumps(state)):
+            if failed is not None and not restart:
+                report.say(
+                    f"starting {work} over: its run stopped on bad input ({failed}), and the arguments "
+                    "or data have changed since"
+                )
+                restart = True
             if not restart:
                 raise ResumeError(
                     f"{work} holds an unfinished run with different arguments or data; "
@@ -301,9 +383,33 @@ def open_state(work: Path, state: dict[str, Any], restart: bool, report: Progres
         if not restart and any(work.iterdir()):
             raise ResumeError(f"{work} exists but is not a neuroneval run; remove it or pass restart=True")
         shutil.rmtree(work)
-    work.mkdir(parents=True)
+    with writing(work, "creating the unfinished run's directory"):
+        work.mkdir(parents=True)
     _write_atomic(path, json.dumps(state, indent=1).encode())
     return set()
+
+
+@contextmanager
+def record_failure(work: Path) -> Iterator[None]:
+    """Runs the block; when it fails on bad input (a NaN the core met in a block of a file
+    read block by block), records the error in `work` first, so that a rerun with corrected
+    data starts over by itself (`open_state`) instead of refusing the changed fingerprint."""
+    try:
+        yield
+    except InvalidInputError as e:
+        if work.is_dir():
+            _write_atomic(work / _FAILED, json.dumps({"error": str(e), "type": type(e).__name__}).encode())
+        raise
+    (work / _FAILED).unlink(missing_ok=True)
+
+
+def _failure(work: Path) -> str | None:
+    """The error an unfinished run in `work` stopped on, if it stopped on bad input."""
+    try:
+        record = json.loads((work / _FAILED).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return str(record.get("error", "unknown")) if isinstance(record, dict) else None
 
 
 def _part(work: Path, block: int) -> Path:
@@ -311,7 +417,7 @@ def _part(work: Path, block: int) -> Path:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    write_atomic(path, lambda p: p.write_bytes(data))
+    write_atomic(path, lambda p: p.write_bytes(data), step=f"writing {path.name}")
 
 
 @dataclass
@@ -384,21 +490,32 @@ class _BlockReader:
 
     def _transpose(self, report: Progress) -> None:
         marker = self.scratch / "complete.json"
-        expected = {"shape": list(self.acts.shape), "dtype": str(self.acts.dtype), "blocks": self.bounds}
-        if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == expected:
-            return
-        shutil.rmtree(self.scratch, ignore_errors=True)
-        self.scratch.mkdir(parents=True)
-        files = [open(self._file(i), "wb") for i in range(len(self.bounds))]
+        # Compared as JSON reads it back (tuples become lists), so a resume reuses the copy.
+        expected = json.loads(
+            json.dumps({"shape": list(self.acts.shape), "dtype": str(self.acts.dtype), "blocks": self.bounds})
+        )
         try:
-            with report.bar("reading", total=self.acts.n_rows, unit="row") as bar:
-                for chunk in self.acts.row_chunks(_chunk_rows(self.acts)):
-                    for f, (s, e) in zip(files, self.bounds, strict=True):
-                        f.write(np.ascontiguousarray(chunk[:, s:e]).data)
-                    bar.update(chunk.shape[0])
-        finally:
-            for f in files:
-                f.close()
+            if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == expected:
+                return
+        except (OSError, ValueError):
+            pass  # an unreadable marker: make the copy again
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        with writing(self.scratch, "writing the scratch copy"):
+            self.scratch.mkdir(parents=True)
+            files = [open(self._file(i), "wb") for i in range(len(self.bounds))]
+            try:
+                with report.bar("reading", total=self.acts.n_rows, unit="row") as bar:
+                    row = 0
+                    for chunk in self.acts.row_chunks(_chunk_rows(self.acts)):
+                        # Checked as it is read, so a NaN fails the run before any block is scored.
+                        check_finite_rows(chunk, row)
+                        for f, (s, e) in zip(files, self.bounds, strict=True):
+                            f.write(np.ascontiguousarray(chunk[:, s:e]).data)
+                        row += chunk.shape[0]
+                        bar.update(chunk.shape[0])
+            finally:
+                for f in files:
+                    f.close()
         _write_atomic(marker, json.dumps(expected).encode())
 
     def read(self, block: int) -> Any:
@@ -484,8 +601,5 @@ def merge_parts(work: Path, n_blocks: int, out: Path) -> None:
     missing = [p for p in parts if not p.is_file()]
     if missing:  # pragma: no cover - _run writes every part before returning
         raise ResumeError(f"{len(missing)} blocks of {work} are missing")
-    tmp = out.with_name(out.name + ".tmp")
-    pl.concat([pl.scan_parquet(p) for p in parts]).sink_parquet(tmp)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, out)
+    merged = pl.concat([pl.scan_parquet(p) for p in parts])
+    write_atomic(out, lambda tmp: merged.sink_parquet(tmp), step="merging the parts")

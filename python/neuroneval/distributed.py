@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from . import _core, _evaluate
+from ._coerce import check_integer
 from ._evaluate import partial_dir
 from .errors import ParameterError, SourceError
+from .files import output_lock
 from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, ScoreParams
 from .progress import Progress
 from .sources import Source, open_activations
@@ -112,12 +114,12 @@ def evaluate(
     pathlib.Path
         `out`, once written.
     """
-    if isinstance(cpus_per_task, bool) or not isinstance(cpus_per_task, int) or cpus_per_task < 1:
-        raise ParameterError(f"cpus_per_task must be a positive integer; got {cpus_per_task!r}")
-    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-        raise ParameterError(f"max_retries must be a non-negative integer; got {max_retries!r}")
-    if num_cpus is not None and (isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1):
-        raise ParameterError(f"num_cpus must be a positive integer; got {num_cpus!r}")
+    cpus_per_task = check_integer(cpus_per_task, "cpus_per_task", minimum=1)
+    max_retries = check_integer(max_retries, "max_retries", minimum=0)
+    if num_cpus is not None:
+        num_cpus = check_integer(num_cpus, "num_cpus", minimum=1)
+    if address is not None and not isinstance(address, str):
+        raise ParameterError(f"address must be a string such as 'ray://host:10001'; got {address!r}")
     # evaluate's own checks, in evaluate's order: every input error is raised here.
     params = ScoreParams(alpha=alpha, lam=lam, k=k, top_alpha=top_alpha, seed=seed)
     plan = _evaluate.plan_run(activations, concepts, metrics, params, keep, units_per_task, unit_names, concept_names)
@@ -125,12 +127,34 @@ def evaluate(
         plan.bounds = _evaluate.unit_blocks(
             plan.acts, plan.conc.n_columns, _default_units(plan.acts, plan.conc.n_columns)
         )
-    plan.prepared = None  # the driver only validated the concepts; each worker prepares its own
-    out = _evaluate.check_out(out).resolve()
-    ray = _import_ray()
+    out = _evaluate.check_out(out, plan.inputs(unit_names, concept_names)).resolve()
     report = Progress(progress)
-    work = partial_dir(out)
-    done = _evaluate.open_state(work, plan.state(), restart, report)
+    with output_lock(out) as lock:
+        _evaluate.note_takeover(lock, report)
+        plan.prepare()
+        plan.prepared = None  # the driver only validated the concepts; each worker prepares its own
+        ray = _import_ray()
+        work = partial_dir(out)
+        done = _evaluate.open_state(work, plan.state(), restart, report)
+        with _evaluate.record_failure(work):
+            _run_plan(ray, plan, work, done, address, num_cpus, cpus_per_task, max_retries, report)
+        _evaluate.merge_parts(work, len(plan.bounds), out)
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def _run_plan(
+    ray: Any,
+    plan: _evaluate.Plan,
+    work: Path,
+    done: set[int],
+    address: str | None,
+    num_cpus: int | None,
+    cpus_per_task: int,
+    max_retries: int,
+    report: Progress,
+) -> None:
+    """The blocks of `plan` not in `done`, as Ray tasks writing their parts into `work`."""
     shared = _Shared(
         names=plan.names,
         params=plan.params,
@@ -148,9 +172,6 @@ def evaluate(
     todo = [i for i in range(len(plan.bounds)) if i not in done]
     if todo:
         _run_tasks(ray, shared, todo, len(plan.bounds), address, num_cpus, cpus_per_task, max_retries, report)
-    _evaluate.merge_parts(work, len(plan.bounds), out)
-    shutil.rmtree(work, ignore_errors=True)
-    return out
 
 
 def _run_tasks(

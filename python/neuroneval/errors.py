@@ -1,5 +1,6 @@
 """The exception hierarchy. Every error the library raises derives from `NeuronEvalError`;
-errors caused by bad input also derive from `ValueError`."""
+errors caused by bad input also derive from `ValueError`; an output that cannot be written
+(a full disk, an I/O error) raises `OutputWriteError`, which is an `OSError`."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ __all__ = [
     "DTypeError",
     "SourceError",
     "ResumeError",
+    "OutputError",
+    "OutputLockedError",
+    "OutputWriteError",
 ]
 
 
@@ -71,3 +75,17 @@ class SourceError(InvalidInputError):
 
 class ResumeError(InvalidInputError):
     """An output whose unfinished run was started with different arguments or data."""
+
+
+class OutputError(InvalidInputError):
+    """An output path that cannot be used: its directory is missing, it is a directory, or
+    it names one of the run's inputs."""
+
+
+class OutputLockedError(OutputError):
+    """Another run (the message names its process and host) is writing the same output."""
+
+
+class OutputWriteError(NeuronEvalError, OSError):
+    """Writing an output failed (a full disk, an I/O error): the message names the path and
+    the step; what was written before (an unfinished run's parts) is intact and resumable."""

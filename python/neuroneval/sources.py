@@ -33,10 +33,12 @@ Examples
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import re
+import stat
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -46,13 +48,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._coerce import as_matrix
+from ._coerce import as_index_array, as_matrix, as_real_array
 from .errors import DTypeError, EmptyInputError, PairIndexError, ShapeError, SourceError
 from .files import write_atomic
 
 __all__ = [
     "MANIFEST",
     "Source",
+    "input_file",
+    "input_paths",
     "open_activations",
     "open_concepts",
     "read_concept_table",
@@ -194,6 +198,68 @@ class Source:
         return h.hexdigest()
 
 
+def path_problem(path: Path) -> str | None:
+    """Why `path` cannot be read as a file, in words ("does not exist", "is a directory",
+    "is a symbolic link that loops", ...), or None when it is a readable regular file."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as e:
+        return f"cannot be examined ({e.strerror})"
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return f"is a symbolic link to {os.readlink(path)}, which does not exist"
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "is a symbolic link that loops"
+        return f"cannot be examined ({e.strerror})"
+    if stat.S_ISDIR(st.st_mode):
+        return "is a directory"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if not os.access(path, os.R_OK):
+        return "is not readable (permission denied)"
+    return None
+
+
+def input_file(path: str | os.PathLike[str], what: str) -> Path:
+    """`path` as a readable regular file, else a `SourceError` that says what it is instead:
+    missing, a directory, a dangling or looping symbolic link, unreadable.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> input_file(tempfile.mkdtemp(), "pairs file")
+    Traceback (most recent call last):
+    ...
+    neuroneval.errors.SourceError: pairs file ... is a directory, not a file
+    """
+    p = Path(path)
+    problem = path_problem(p)
+    if problem == "is a directory":
+        problem = "is a directory, not a file"
+    if problem is not None:
+        raise SourceError(f"{what} {p} {problem}")
+    return p
+
+
+def input_paths(*inputs: Any) -> list[Path]:
+    """Every file and directory that `inputs` read: a `Source`'s files (and its shard
+    directory), a path as given; anything else (data in memory, None) reads none. What an
+    output must never overwrite (`neuroneval.files.check_output`)."""
+    paths: list[Path] = []
+    for x in inputs:
+        if isinstance(x, Source):
+            paths += list(x.files)
+            if x.files:
+                paths.append(Path(x.origin))
+        elif isinstance(x, (str, os.PathLike)):
+            paths.append(Path(x))
+    return paths
+
+
 def _hash_array(h: Any, a: np.ndarray) -> None:
     h.update(f"{a.shape}{a.strides}".encode())
     # Row blocks keep the temporary copies small for strided arrays.
@@ -205,6 +271,7 @@ def _hash_array(h: Any, a: np.ndarray) -> None:
 
 def _npy_header(path: Path) -> tuple[tuple[int, ...], bool, np.dtype[Any], int]:
     """(shape, fortran_order, dtype, data offset) of a `.npy` file; a clear error if corrupt."""
+    input_file(path, ".npy file")
     try:
         with open(path, "rb") as f:
             version = np.lib.format.read_magic(f)
@@ -215,9 +282,7 @@ def _npy_header(path: Path) -> tuple[tuple[int, ...], bool, np.dtype[Any], int]:
             else:  # pragma: no cover - numpy rejects unknown versions in read_magic
                 raise ValueError(f"unsupported .npy version {version}")
             offset = f.tell()
-    except FileNotFoundError:
-        raise
-    except (ValueError, OSError, SyntaxError) as e:
+    except (ValueError, OSError, SyntaxError, TypeError) as e:
         raise SourceError(f"{path} is not a valid .npy file: {e}") from e
     size = path.stat().st_size
     expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -272,10 +337,24 @@ def read_names(x: str | os.PathLike[str] | Sequence[str] | None, count: int, wha
     if isinstance(x, (str, os.PathLike)):
         names = _names_file(x, what)
     else:
-        names = [str(n) for n in x]
+        names = _name_list(x, what)
     if len(names) != count:
         raise ShapeError(f"{what} has {len(names)} entries for {count} columns")
     return names
+
+
+def _name_list(x: Any, what: str) -> list[str]:
+    """Names from a sequence: each a string or an integer (written as text); anything else
+    (a float, None, a nested list) is refused rather than turned into text."""
+    if isinstance(x, (bytes, dict, set)) or not hasattr(x, "__iter__"):
+        raise SourceError(
+            f"{what} must be a sequence of names (or a file of one name per line); got {type(x).__name__}"
+        )
+    names = list(x)
+    for i, n in enumerate(names):
+        if not isinstance(n, (str, np.str_, int, np.integer)) or isinstance(n, (bool, np.bool_)):
+            raise SourceError(f"{what} entry {i} is {n!r}; names must be strings")
+    return [str(n) for n in names]
 
 
 def _is_sparse(x: object) -> bool:
@@ -293,13 +372,7 @@ def _from_sparse(x: Any, what: str) -> Source:
     if not m.has_canonical_format:
         m = m.copy()
         m.sum_duplicates()
-    values = m.data
-    if values.dtype.byteorder not in "=|":
-        values = values.astype(values.dtype.newbyteorder("="))
-    if values.dtype.kind in "biu":
-        values = values.astype(np.float64)
-    elif values.dtype.type not in _FILE_DTYPES:
-        raise DTypeError(f"{what} have dtype {values.dtype}; expected a real floating, integer or bool dtype")
+    values = _real_values(m.data, what)
     core: CoreSparse = (
         int(m.shape[0]),
         np.ascontiguousarray(m.indptr, dtype=np.int64),
@@ -307,6 +380,17 @@ def _from_sparse(x: Any, what: str) -> Source:
         np.ascontiguousarray(values),
     )
     return Source("sparse", (int(m.shape[0]), int(m.shape[1])), core, values.dtype)
+
+
+def _real_values(values: Any, what: str) -> np.ndarray:
+    """Entry values of a sparse source: 1-D, real (complex and strings refused), in their own
+    float dtype, integers and bools widened exactly to float64."""
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ShapeError(f"{what}: values must be a 1-D array; got shape {arr.shape}")
+    if arr.dtype.type in _FILE_DTYPES:
+        return arr if arr.dtype.byteorder in "=|" else arr.astype(arr.dtype.newbyteorder("="))
+    return as_real_array(arr, f"{what} values")
 
 
 def _load_npz(path: Path, what: str) -> Any:
@@ -325,6 +409,10 @@ def _from_triplets(shape: tuple[int, int], rows: np.ndarray, cols: np.ndarray, v
     """A CSC source from (row, column, value) triplets; duplicates and out-of-range indices
     are errors, not silently summed."""
     n, k = shape
+    rows, cols = as_index_array(np.asarray(rows), f"{what}: rows"), as_index_array(np.asarray(cols), f"{what}: columns")
+    values = _real_values(values, what)
+    if rows.ndim != 1 or cols.ndim != 1:
+        raise ShapeError(f"{what}: row and column indices must be 1-D arrays")
     if len(rows) != len(cols) or len(rows) != len(values):
         raise ShapeError(f"{what}: row, column and value arrays differ in length")
     for idx, limit, name in ((rows, n, "row"), (cols, k, "column")):
@@ -339,8 +427,6 @@ def _from_triplets(shape: tuple[int, int], rows: np.ndarray, cols: np.ndarray, v
         raise ShapeError(f"{what}: entry (row {rows[i]}, column {cols[i]}) appears more than once")
     indptr = np.zeros(k + 1, dtype=np.int64)
     np.cumsum(np.bincount(cols, minlength=k), out=indptr[1:])
-    if values.dtype.type not in _FILE_DTYPES:
-        values = values.astype(np.float64)
     core: CoreSparse = (n, indptr, np.ascontiguousarray(rows, dtype=np.int64), np.ascontiguousarray(values))
     return Source("sparse", shape, core, values.dtype)
 
@@ -357,10 +443,46 @@ def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
         raise SourceError(f"{path} is not valid JSON: {e}") from e
     if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
         raise SourceError(f"{path} is not a {_FORMAT} manifest (its 'format' field must be {_FORMAT!r})")
+    _check_manifest(manifest, path)
+    return manifest
+
+
+def _is_count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _check_manifest(manifest: dict[str, Any], path: Path) -> None:
+    """The manifest's fields against the format's schema, each by type: a `SourceError`
+    naming the field and what it holds instead."""
+
+    def bad(field: str, expected: str) -> SourceError:
+        return SourceError(f"{path}: the field {field!r} must be {expected}; it holds {manifest.get(field)!r}")
+
     for key in ("n_rows", "n_columns", "layout", "shards"):
         if key not in manifest:
             raise SourceError(f"{path} lacks the field {key!r}")
-    return manifest
+    if manifest["layout"] not in ("dense", "triplets"):
+        raise bad("layout", "'dense' or 'triplets'")
+    for key in ("n_rows", "n_columns"):
+        if not _is_count(manifest[key]):
+            raise bad(key, "a non-negative integer")
+    names = manifest.get("names")
+    if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        raise bad("names", "null or a list of strings")
+    shards = manifest["shards"]
+    if not isinstance(shards, list):
+        raise bad("shards", 'a list of {"file": ...} entries')
+    for i, shard in enumerate(shards):
+        if not isinstance(shard, dict):
+            raise SourceError(f"{path}: shard {i} must be an object with a 'file' field; it is {shard!r}")
+        file = shard.get("file")
+        if not isinstance(file, str) or not file:
+            raise SourceError(f"{path}: shard {i} needs a 'file' field naming its file; it holds {file!r}")
+        for key in ("rows", "entries"):
+            if key in shard and not _is_count(shard[key]):
+                raise SourceError(
+                    f"{path}: shard {i}'s {key!r} must be a non-negative integer; it holds {shard[key]!r}"
+                )
 
 
 def _open_shards(directory: Path, what: str) -> Source:
@@ -368,8 +490,9 @@ def _open_shards(directory: Path, what: str) -> Source:
     n, k = int(manifest["n_rows"]), int(manifest["n_columns"])
     files = [directory / s["file"] for s in manifest["shards"]]
     for f in files:
-        if not f.is_file():
-            raise FileNotFoundError(f"shard {f} listed in {directory / MANIFEST} does not exist")
+        problem = path_problem(f)
+        if problem is not None:
+            raise SourceError(f"shard {f} listed in {directory / MANIFEST} {problem}")
     names = manifest.get("names")
     if names is not None and len(names) != k:
         raise SourceError(f"{directory / MANIFEST}: {len(names)} names for {k} columns")
@@ -398,12 +521,25 @@ def _open_shards(directory: Path, what: str) -> Source:
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for f in files:
             try:
-                with np.load(f) as z:
+                with np.load(f, allow_pickle=False) as z:
                     # the column array may be called "unit" (activations) or "concept"
                     col_key = next((key for key in ("column", "unit", "concept") if key in z.files), "column")
-                    parts.append((z["row"].astype(np.int64), z[col_key].astype(np.int64), z["value"]))
-            except (KeyError, ValueError, OSError) as e:
+                    row, col, value = z["row"], z[col_key], z["value"]
+            except Exception as e:  # zipfile, numpy and pickle refusals: all mean unreadable
                 raise SourceError(f"triplet shard {f} is not an .npz with row, column and value arrays: {e}") from e
+            where = f"triplet shard {f}"
+            for name, arr in (("row", row), (col_key, col), ("value", value)):
+                if arr.ndim != 1:
+                    raise ShapeError(f"{where}: {name!r} must be a 1-D array; it has shape {arr.shape}")
+            parts.append(
+                (
+                    as_index_array(row, f"{where}: 'row'"),
+                    as_index_array(col, f"{where}: {col_key!r}"),
+                    _real_values(value, where),
+                )
+            )
+        if len({p[2].dtype for p in parts}) > 1:
+            parts = [(r, c, v.astype(np.float64)) for r, c, v in parts]
         rows, cols, values = (np.concatenate([p[i] for p in parts]) for i in range(3))
         src = _from_triplets((n, k), rows, cols, values, what)
         return replace(src, kind="sparse", names=names, files=tuple(files), origin=str(directory))
@@ -417,8 +553,7 @@ def _open(x: Any, what: str) -> Source:
         path = Path(x)
         if path.is_dir():
             return _open_shards(path, what)
-        if not path.exists():
-            raise FileNotFoundError(f"{what} file {path} does not exist")
+        input_file(path, f"{what} file")
         if path.suffix == ".npy":
             arr = _open_npy(path, what)
             arr = as_matrix(arr, what) if arr.dtype.type not in _FILE_DTYPES else arr
@@ -478,9 +613,7 @@ def read_concept_table(path: str | os.PathLike[str], *, n_inputs: int, concept_n
     """
     import polars as pl
 
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"concept table {path} does not exist")
+    path = input_file(path, "concept table")
     try:
         table = (
             pl.read_parquet(path)
@@ -523,6 +656,12 @@ def read_concept_table(path: str | os.PathLike[str], *, n_inputs: int, concept_n
     if not np.all(np.isfinite(inputs) & (inputs == np.round(inputs))):
         bad = inputs[~(np.isfinite(inputs) & (inputs == np.round(inputs)))][0]
         raise SourceError(f"concept table {path}: 'input' must hold whole row numbers; found {bad}")
+    outside = np.flatnonzero((inputs < 0) | (inputs >= n_inputs))
+    if outside.size:  # before the cast, which would wrap a huge number
+        raise ShapeError(
+            f"concept table {path}: row index {int(inputs[outside[0]])} is outside 0..{n_inputs} "
+            f"(table row {int(outside[0])})"
+        )
     rows = inputs.astype(np.int64)
     src = _from_triplets((n_inputs, len(names)), rows, cols, values, f"concept table {path}")
     return replace(src, kind="table", names=names, files=(path,), origin=str(path))
@@ -530,10 +669,11 @@ def read_concept_table(path: str | os.PathLike[str], *, n_inputs: int, concept_n
 
 def _names_file(x: str | os.PathLike[str], what: str) -> list[str]:
     """One name per line; trailing blank lines (a final newline) are not names."""
-    path = Path(x)
-    if not path.is_file():
-        raise FileNotFoundError(f"{what} file {path} does not exist")
-    names = path.read_text(encoding="utf-8").splitlines()
+    path = input_file(x, f"{what} file")
+    try:
+        names = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise SourceError(f"{what} file {path} is not UTF-8 text: {e}") from e
     while names and names[-1].strip() == "":
         names.pop()
     return names
@@ -696,16 +836,14 @@ def read_pairs(
     ...
     neuroneval.errors.PairIndexError: pairs file ... row 0: pair (3, 0) is outside 3 units x 3 concepts
     """
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"pairs file {p} does not exist")
+    p = input_file(path, "pairs file")
     if p.suffix == ".npy":
         arr = _load_index_npy(p, "pairs")
         if arr.ndim != 2 or arr.shape[1] != 2 or arr.dtype.kind not in "iu":
             raise SourceError(
                 f"pairs file {p} holds a {arr.dtype} array of shape {arr.shape}; expected (M, 2) integers"
             )
-        pairs = np.ascontiguousarray(arr, dtype=np.int64)
+        pairs = as_index_array(arr, f"pairs file {p}")
     elif p.suffix == ".csv":
         import polars as pl
 
@@ -716,13 +854,15 @@ def read_pairs(
         missing = [c for c in ("unit", "concept") if c not in table.columns]
         if missing:
             raise SourceError(f"pairs file {p} lacks the column(s) {missing}; it has {table.columns}")
-        try:
-            columns = [table[c].cast(pl.Int64, strict=True) for c in ("unit", "concept")]
-        except Exception as e:
-            raise SourceError(f"pairs file {p}: 'unit' and 'concept' must hold integer indices ({e})") from e
-        if any(c.null_count() for c in columns):
+        if any(table[c].null_count() for c in ("unit", "concept")):
             raise SourceError(f"pairs file {p} has empty cells")
-        pairs = np.column_stack([c.to_numpy() for c in columns]).astype(np.int64, copy=False).reshape(-1, 2)
+        columns = []
+        for c in ("unit", "concept"):
+            # polars' cast would truncate 2.9 to 2: integers are checked as numbers instead
+            if not table[c].dtype.is_numeric():
+                raise SourceError(f"pairs file {p}: {c!r} must hold integer indices; it holds {table[c].dtype}")
+            columns.append(as_index_array(table[c].to_numpy(), f"pairs file {p}: {c!r}"))
+        pairs = np.column_stack(columns).reshape(-1, 2)
     else:
         raise SourceError(f"cannot read pairs from {p}: expected a .csv or .npy file")
     if n_units is not None and n_concepts is not None:
@@ -757,9 +897,7 @@ def read_truth(
     >>> read_truth(p, 3, 3, ["cat", "dog", "bird"]).tolist()
     [1, 2, 0]
     """
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"truth file {p} does not exist")
+    p = input_file(path, "truth file")
     if p.suffix == ".npy":
         arr = _load_index_npy(p, "truth")
         if arr.ndim != 1 or arr.dtype.kind not in "iu":
@@ -769,7 +907,7 @@ def read_truth(
             )
         if arr.shape[0] != n_units:
             raise ShapeError(f"truth file {p} has {arr.shape[0]} entries for {n_units} units")
-        idx: npt.NDArray[np.int64] = arr.astype(np.int64)
+        idx: npt.NDArray[np.int64] = as_index_array(arr, f"truth file {p}")
         place = "entry"
     else:
         idx = _truth_lines(p, n_units, concept_names)

@@ -136,12 +136,15 @@ def main(argv: list[str] | None = None) -> int:
         resumes = getattr(args, "resumes", False)
         print_error("interrupted; run the same command again to resume" if resumes else "interrupted")
         return 130
-    except (NeuronEvalError, ValueError, FileNotFoundError) as e:
+    except ValueError as e:  # bad input, the library's `InvalidInputError`s among them
         print_error(f"error: {one_line(e)}")
         return 2
-    except OSError as e:
+    except OSError as e:  # a full disk, a permission denied: `OutputWriteError` among them
         print_error(f"error: {one_line(e)}")
         return 1
+    except NeuronEvalError as e:
+        print_error(f"error: {one_line(e)}")
+        return 2
 
 
 def parser() -> argparse.ArgumentParser:

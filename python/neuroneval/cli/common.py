@@ -125,9 +125,9 @@ Rule = Needs | Excludes | AtLeast
 class Parser(argparse.ArgumentParser):
     """argparse with one-line value errors and declared option rules.
 
-    A converter's `ArgumentTypeError` and a violated `AtLeast` rule print one line naming the
-    flag; usage errors (an option missing, options that do not go together) print the usage
-    first, as argparse does.
+    Every error is one line: a converter's `ArgumentTypeError` and a violated `AtLeast` rule
+    name the flag; usage errors (an unknown command, an option missing, options that do not
+    go together) say where the usage is (`--help`) instead of printing it.
     """
 
     def __init__(self, *args: Any, rules: Sequence[Rule] = (), **kwargs: Any) -> None:
@@ -153,7 +153,7 @@ class Parser(argparse.ArgumentParser):
         if isinstance(handled, argparse.ArgumentError) and isinstance(handled.__context__, argparse.ArgumentTypeError):
             flag = (handled.argument_name or "").split("/")[-1]  # "-o/--out": "--out"
             self.fail(f"{flag} {handled.__context__}")
-        super().error(message)
+        self.fail(f"{message} (see '{self.prog} --help')")
 
     def fail(self, message: str) -> NoReturn:
         """A bad value: `neuroneval: error: <message>` and exit code 2."""

@@ -10,9 +10,9 @@ from typing import Any, Literal
 import polars as pl
 
 from neuroneval import METRICS, evaluate, score
-from neuroneval.files import write_atomic
+from neuroneval.files import check_output, output_lock, write_atomic
 from neuroneval.params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, ScoreParams, metric_list
-from neuroneval.sources import Source, read_pairs
+from neuroneval.sources import Source, input_paths, read_pairs
 
 from .common import (
     SUMMARY_UNITS,
@@ -129,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
     params = ScoreParams(alpha=args.alpha, lam=args.lam, k=args.k, top_alpha=args.top_alpha, seed=args.seed)
     parameters: dict[str, Any] = params.to_dict()
     acts, conc = open_inputs(args.activations, args.concepts, args.unit_names, args.concept_names)
+    # Before any work: the output must not be one of the files read.
+    check_output(out, input_paths(acts, conc, args.unit_names, args.concept_names, args.pairs))
     keep: Literal["all"] | int = "all" if args.top is None else args.top
     with threads(args.threads):
         if args.ray is not None:
@@ -160,8 +162,10 @@ def run(args: argparse.Namespace) -> int:
                 progress=not args.quiet,
             )
         else:
-            table = score(acts, conc, metrics, **parameters, pairs=read_pairs(args.pairs))
-            write_atomic(out, table.write_parquet)
+            pairs = read_pairs(args.pairs)
+            with output_lock(out):
+                table = score(acts, conc, metrics, **parameters, pairs=pairs)
+                write_atomic(out, table.write_parquet, step="writing the scores")
     if not args.quiet:
         print(summary(args.out, metrics, acts, conc, top=args.top, pairs=args.pairs is not None), flush=True)
     return 0

@@ -25,6 +25,7 @@ import numpy.typing as npt
 import torch
 
 from neuroneval.errors import EmptyInputError, ParameterError, ResumeError, ShapeError
+from neuroneval.files import output_lock, writing
 from neuroneval.progress import Progress
 
 from .hooks import _as_call, _layer_name, _LayerRun, _raw_size, _resolve_layers
@@ -193,7 +194,13 @@ def extract(
     [('1', 640, 4, ('input', 'y', 'x')), ('3', 10, 3, ('input',))]
     """
     run = _Extraction(model, data, layers, out, device, reduce, dtype, batch_size, sae, autocast, shard_rows)
-    return run.run(resume=resume, progress=progress, overlap=overlap)
+    if run.out.exists() and not run.out.is_dir():
+        raise ResumeError(f"{run.out} exists and is not a directory")
+    with writing(run.out.parent, "creating the store's directory"):
+        run.out.parent.mkdir(parents=True, exist_ok=True)
+    # One writer per store: a second extraction into the same `out` fails at once.
+    with output_lock(run.out):
+        return run.run(resume=resume, progress=progress, overlap=overlap)
 
 
 # --- arguments --------------------------------------------------------------------------------------
