@@ -408,9 +408,9 @@ def test_nan_scores_and_minimal_directory(tmp_path: Path) -> None:
 
 
 def test_errors(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(SourceError, match="does not exist"):
         report.render_report(tmp_path / "nope")
-    with pytest.raises(FileNotFoundError, match=r"has no scores\.parquet"):
+    with pytest.raises(SourceError, match=r"has no scores\.parquet"):
         report.render_report(tmp_path)
     (tmp_path / "f").write_text("x")
     with pytest.raises(ParameterError, match="is a file"):

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from neuroneval import report
-from neuroneval.errors import ParameterError
+from neuroneval.errors import ParameterError, SourceError
 
 from .common import count, output_file, positive_int
 
@@ -51,7 +51,7 @@ def add(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     results = Path(args.results)
     if not results.exists():
-        raise FileNotFoundError(f"results directory {results} does not exist")
+        raise SourceError(f"results directory {results} does not exist")
     if not results.is_dir():
         raise ParameterError(f"RESULTS_DIR {results} is a file; expected a directory holding {report.SCORES}")
     out: Path = results / "report.html" if args.out is None else args.out

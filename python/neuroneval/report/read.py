@@ -73,7 +73,7 @@ def read_results(results_dir: str | os.PathLike[str]) -> Results:
     """Read and check every part of `results_dir`."""
     directory = Path(results_dir)
     if not directory.exists():
-        raise FileNotFoundError(f"results directory {directory} does not exist")
+        raise SourceError(f"results directory {directory} does not exist")
     if not directory.is_dir():
         raise ParameterError(f"{directory} is a file; expected a results directory (holding {SCORES})")
     scores, metrics = _read_scores(directory)
@@ -140,7 +140,7 @@ def _one_line(e: BaseException) -> str:
 def _read_scores(directory: Path) -> tuple[pl.DataFrame, list[str]]:
     path = directory / SCORES
     if not path.is_file():
-        raise FileNotFoundError(
+        raise SourceError(
             f"{directory} has no {SCORES}, so it is not a results directory "
             "(neuroneval score --out or neuroneval demo --out writes one)"
         )
@@ -217,7 +217,7 @@ def _read_inputs(directory: Path) -> Inputs | None:
         raise SourceError(f'{meta_path} must be {{"kind": "image" or "text", "file": NAME}}')
     path = directory / "inputs" / meta["file"]
     if not path.is_file():
-        raise FileNotFoundError(f"{path}, named in {meta_path}, does not exist")
+        raise SourceError(f"{path}, named in {meta_path}, does not exist")
     if meta["kind"] == "image":
         try:
             images = np.load(path, mmap_mode="r", allow_pickle=False)
