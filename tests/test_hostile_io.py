@@ -870,3 +870,31 @@ def test_unknown_command_is_one_line(capfd: pytest.CaptureFixture[str]) -> None:
     assert_one_line_error(code, err, 2, "invalid choice: 'nosuch'")
     code, _, err = run(["score"], capfd)
     assert_one_line_error(code, err, 2, "required", "neuroneval score --help")
+
+
+@pytest.mark.parametrize(
+    "argv, target",
+    [
+        (["meta", "acts.npy", "concepts.csv", "--truth", "truth.npy", "--out", "concepts.csv"], "concepts.csv"),
+        (["meta", "acts.npy", "concepts.csv", "--truth", "truth.npy", "--out", "./x/../concepts.csv"], "concepts.csv"),
+        (["crowd", "aggregate", "ratings.csv", "--plan", "plan.parquet", "--out", "ratings.csv"], "ratings.csv"),
+        (["crowd", "aggregate", "ratings.csv", "--plan", "plan.parquet", "--out", "plan.parquet"], "plan.parquet"),
+        (["crowd", "estimate", "--plan", "plan.parquet", "--labels", "ratings.csv", "--out", "plan.parquet"],
+         "plan.parquet"),
+        (["score", "acts.npy", "concepts.csv", "--out", "link.npy"], "acts.npy"),
+    ],
+)  # fmt: skip
+def test_every_command_refuses_an_output_that_is_an_input(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str], target: str
+) -> None:
+    """The command line checks every output against every existing path among its arguments
+    before it reads anything (a symbolic link to an input is that input)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x").mkdir()
+    for name in ("acts.npy", "concepts.csv", "truth.npy", "ratings.csv", "plan.parquet"):
+        (tmp_path / name).write_text(f"the input {name}")
+    os.symlink(tmp_path / "acts.npy", tmp_path / "link.npy")
+    code, out, err = run(argv, capfd)
+    assert out == ""
+    assert_one_line_error(code, err, 2, "is also an input")
+    assert (tmp_path / target).read_text() == f"the input {target}"

@@ -111,7 +111,7 @@ from neuroneval import __version__
 from neuroneval.errors import NeuronEvalError
 
 from . import crowd, demo, meta, report, sanity, score
-from .common import PROG, Command, Parser, one_line, print_error
+from .common import PROG, Command, Parser, check_outputs, one_line, print_error
 
 __all__ = ["main"]
 
@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     command: Command = args.command
     try:
+        check_outputs(args)
         return command(args)
     except KeyboardInterrupt:
         resumes = getattr(args, "resumes", False)

@@ -24,8 +24,8 @@ from typing import Any, NoReturn, TypeVar
 
 import polars as pl
 
-from neuroneval.errors import ParameterError, ShapeError
-from neuroneval.files import write_atomic
+from neuroneval.errors import OutputError, ParameterError, ShapeError
+from neuroneval.files import check_output, write_atomic
 from neuroneval.sources import Source, open_activations, open_concepts
 
 PROG = "neuroneval"
@@ -210,6 +210,35 @@ def names_list(text: str) -> list[str]:
     return [m.strip() for m in text.split(",") if m.strip()]
 
 
+class OutputPath(type(Path())):  # type: ignore[misc]
+    """A path the command writes (an option's value from `output_file` or `output_dir`):
+    `check_outputs` compares these with every input the command was given."""
+
+    directory = False
+
+
+class OutputDir(OutputPath):
+    directory = True
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Before any work: no output of the command is (or, for a file, holds) one of its
+    inputs, the existing paths among its other arguments (`neuroneval.files.check_output`)."""
+    values = [v for value in vars(args).values() for v in (value if isinstance(value, list) else [value])]
+    outputs = [v for v in values if isinstance(v, OutputPath)]
+    if not outputs:
+        return
+    inputs = [Path(v) for v in values if isinstance(v, (str, Path)) and not isinstance(v, OutputPath) and v]
+    inputs = [p for p in inputs if os.path.lexists(p)]
+    for out in outputs:
+        if out.directory:
+            for p in inputs:  # a directory of outputs may hold inputs, but may not be one
+                if p.resolve() == out.resolve():
+                    raise OutputError(f"the output directory {out} is also an input of this command")
+        else:
+            check_output(out, inputs)
+
+
 def output_file(*suffixes: str) -> Callable[[str], Path]:
     """A converter for an output file's path (see `output_file_problem`)."""
 
@@ -217,7 +246,7 @@ def output_file(*suffixes: str) -> Callable[[str], Path]:
         problem = output_file_problem(Path(text), suffixes)
         if problem is not None:
             raise argparse.ArgumentTypeError(problem)
-        return Path(text)
+        return OutputPath(text)
 
     return convert
 
@@ -237,7 +266,7 @@ def output_file_problem(p: Path, suffixes: Sequence[str]) -> str | None:
 
 def output_dir(text: str) -> Path:
     """A directory to write into (created if needed): not an existing file."""
-    p = Path(text)
+    p = OutputDir(text)
     if p.exists() and not p.is_dir():
         raise argparse.ArgumentTypeError(f"{p} is a file; expected a directory")
     return p

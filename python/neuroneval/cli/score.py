@@ -10,13 +10,14 @@ from typing import Any, Literal
 import polars as pl
 
 from neuroneval import METRICS, evaluate, score
-from neuroneval.files import check_output, output_lock, write_atomic
+from neuroneval.files import output_lock, write_atomic
 from neuroneval.params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, ScoreParams, metric_list
-from neuroneval.sources import Source, input_paths, read_pairs
+from neuroneval.sources import Source, read_pairs
 
 from .common import (
     SUMMARY_UNITS,
     Excludes,
+    OutputPath,
     add_concepts,
     add_threads,
     names_list,
@@ -36,11 +37,11 @@ RULES = (
 )
 
 
-def parquet_path(text: str) -> str:
+def parquet_path(text: str) -> Path:
     """--out: a file's path, not a directory (the library says when its directory is missing)."""
     if Path(text).is_dir():
         raise argparse.ArgumentTypeError(f"{Path(text)} is a directory; expected the path of a parquet file")
-    return text
+    return OutputPath(text)
 
 
 def add(commands: Any) -> None:
@@ -129,8 +130,6 @@ def run(args: argparse.Namespace) -> int:
     params = ScoreParams(alpha=args.alpha, lam=args.lam, k=args.k, top_alpha=args.top_alpha, seed=args.seed)
     parameters: dict[str, Any] = params.to_dict()
     acts, conc = open_inputs(args.activations, args.concepts, args.unit_names, args.concept_names)
-    # Before any work: the output must not be one of the files read.
-    check_output(out, input_paths(acts, conc, args.unit_names, args.concept_names, args.pairs))
     keep: Literal["all"] | int = "all" if args.top is None else args.top
     with threads(args.threads):
         if args.ray is not None:
@@ -167,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
                 table = score(acts, conc, metrics, **parameters, pairs=pairs)
                 write_atomic(out, table.write_parquet, step="writing the scores")
     if not args.quiet:
-        print(summary(args.out, metrics, acts, conc, top=args.top, pairs=args.pairs is not None), flush=True)
+        print(summary(str(args.out), metrics, acts, conc, top=args.top, pairs=args.pairs is not None), flush=True)
     return 0
 
 
