@@ -1060,6 +1060,6 @@ def test_plot_writes_a_png(tmp_path: Any) -> None:
     image = matplotlib.image.imread(path)
     assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rce.png"]  # no temporary file left
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(errors.OutputError, match="does not exist"):
         sim.plot(tmp_path / "missing" / "rce.png")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rce.png"]

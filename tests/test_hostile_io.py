@@ -32,8 +32,9 @@ from cli_helpers import assert_one_line_error, run
 from neuroneval import errors
 from neuroneval._evaluate import _BlockReader, partial_dir
 from neuroneval.files import output_lock
+from neuroneval.indices import read_pairs
 from neuroneval.progress import Progress
-from neuroneval.sources import Source, open_activations, read_pairs, write_shards, write_triplet_shards
+from neuroneval.sources import Source, open_activations, write_shards, write_triplet_shards
 from polars.testing import assert_frame_equal
 
 METRICS = ["auprc", "correlation", "inverse_auc"]

@@ -6,14 +6,50 @@ part) and that arrays are rectangular."""
 from __future__ import annotations
 
 import numbers
+import os
+import reprlib
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import polars as pl
 
-from .errors import DTypeError, ParameterError, ShapeError
+from .errors import (
+    ConceptRangeError,
+    DTypeError,
+    EmptyInputError,
+    LabelError,
+    NonFiniteError,
+    PairIndexError,
+    ParameterError,
+    ShapeError,
+)
+from .params import ScoreParams
 
-__all__ = ["as_index_array", "as_matrix", "as_pairs", "as_real_array", "check_integer", "check_real", "is_torch_tensor"]
+__all__ = [
+    "as_counts",
+    "as_index_array",
+    "as_matrix",
+    "as_pairs",
+    "as_probabilities",
+    "as_real_array",
+    "as_reals",
+    "as_table",
+    "as_vector",
+    "check_between",
+    "check_columns",
+    "check_flag",
+    "check_integer",
+    "check_names",
+    "check_pairs",
+    "check_parameter",
+    "check_path",
+    "check_real",
+    "check_seed",
+    "check_sequence",
+    "is_torch_tensor",
+]
 
 _FLOATS = (np.float16, np.float32, np.float64)
 
@@ -187,3 +223,168 @@ def as_index_array(arr: np.ndarray, name: str) -> npt.NDArray[np.int64]:
     if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
         raise ShapeError(f"{name} holds the index {int(arr.max())}, beyond any matrix")
     return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+# --------------------------------------------------------------------------- arguments of meta, sanity, crowd
+
+
+def check_seed(seed: Any) -> int:
+    """The one seed rule (`ScoreParams`: an integer in [0, 2^64), not a bool or a float), and
+    no None: unlike the scoring functions, these draws have no default stream to fall back on."""
+    if seed is None:
+        raise ParameterError("seed must be an integer in [0, 2^64); got None")
+    return int(ScoreParams(seed=seed).seed)
+
+
+def check_flag(value: Any, name: str) -> bool:
+    """A yes/no option: True or False (a string such as "no" is not read as true)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ParameterError(f"{name} must be True or False; got {value!r}")
+    return bool(value)
+
+
+def check_between(value: Any, name: str, low: float, high: float, *, closed: str = "neither") -> float:
+    """A finite real number (`check_real`) in the interval from `low` to `high`, whose ends are
+    included as `closed` says: "neither", "left", "right" or "both"."""
+    v = check_real(value, name)
+    left, right = closed in ("left", "both"), closed in ("right", "both")
+    if not ((low < v or (left and v == low)) and (v < high or (right and v == high))):
+        interval = f"{'[' if left else '('}{low:g}, {high:g}{']' if right else ')'}"
+        raise ParameterError(f"{name} must lie in {interval}; got {value!r}")
+    return v
+
+
+def check_sequence(values: Any, name: str) -> list[Any]:
+    """The items of a sequence (a list, a tuple, a 1-D array; not a str, not a number)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise ParameterError(f"{name} must be a sequence; got {reprlib.repr(values)}")
+    try:
+        return list(values)
+    except TypeError as e:  # a 0-d array or tensor claims to be iterable
+        raise ParameterError(f"{name} must be a sequence; got {reprlib.repr(values)}") from e
+
+
+def check_names(names: Any, count: int, name: str) -> list[str] | None:
+    """Optional names of `count` columns: a sequence of str."""
+    if names is None:
+        return None
+    listed = check_sequence(names, name)
+    wrong = [v for v in listed if not isinstance(v, str)]
+    if wrong:
+        raise ParameterError(f"{name} must hold str (one per column); found {wrong[0]!r}")
+    if len(listed) != count:
+        raise ShapeError(f"{name} has {len(listed)} entries for {count} columns")
+    return listed
+
+
+def check_path(path: Any) -> Any:
+    """A file path: a str or an os.PathLike."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ParameterError(f"path must be a file path (a str or os.PathLike); got {path!r}")
+    return path
+
+
+def as_table(x: Any, name: str, columns: str) -> pl.DataFrame:
+    """A polars table, from itself or anything `polars.DataFrame` takes."""
+    if isinstance(x, pl.DataFrame):
+        return x
+    if x is None or isinstance(x, (str, bytes, numbers.Number)):
+        raise ShapeError(f"{name} must be a table with columns {columns}; got {x!r}")
+    try:
+        return pl.DataFrame(x)
+    except Exception as e:  # noqa: BLE001 - anything that is not a table
+        raise ShapeError(f"{name} must be a table with columns {columns}; {e}") from e
+
+
+def check_columns(table: pl.DataFrame, name: str, kinds: dict[str, str]) -> pl.DataFrame:
+    """`table` (`name`, plural) with every column of `kinds`, each of its kind ("id": integers
+    within int64, returned as Int64; "number": numeric; "text": strings; "any") and none with
+    a missing value: a `ShapeError` for a missing column, a `LabelError` for a wrong value."""
+    missing = sorted(set(kinds) - set(table.columns))
+    if missing:
+        raise ShapeError(f"{name} lack the column(s) {missing}; expected {', '.join(kinds)}")
+    for column, kind in kinds.items():
+        series, dtype = table[column], table[column].dtype
+        if series.null_count():
+            raise LabelError(f"{name} have {series.null_count()} missing value(s) in column {column!r}")
+        ok = {"id": dtype.is_integer(), "number": dtype.is_numeric(), "text": dtype == pl.String}.get(kind, True)
+        if not ok:
+            what = {"id": "integer ids", "number": "numbers", "text": "text"}[kind]
+            raise LabelError(f"{name} column {column!r} must hold {what}; got {dtype}")
+        largest = int(series.max()) if dtype == pl.UInt64 else 0  # type: ignore[arg-type]
+        if largest > np.iinfo(np.int64).max:
+            raise LabelError(f"{name} column {column!r} holds {largest}, beyond int64")
+    return table.with_columns(pl.col(c).cast(pl.Int64) for c, kind in kinds.items() if kind == "id")
+
+
+def as_vector(x: Any, name: str, n: int | None = None) -> npt.NDArray[np.float64]:
+    """One finite real value per input (of `n` inputs when given), as float64."""
+    v = as_real_array(x, name)
+    if v.ndim != 1:
+        raise ShapeError(f"{name} must be 1-D (one value per input); got shape {v.shape}")
+    if v.size == 0:
+        raise EmptyInputError(f"{name} is empty")
+    if n is not None and v.size != n:
+        raise ShapeError(f"{name} has {v.size} inputs; expected {n}")
+    bad = np.flatnonzero(~np.isfinite(v))
+    if bad.size:
+        raise NonFiniteError(f"{name} holds a non-finite value at input {bad[0]}")
+    return v
+
+
+def as_probabilities(x: Any, name: str, n: int | None = None) -> npt.NDArray[np.float64]:
+    """`as_vector`, every value in [0, 1]."""
+    v = as_vector(x, name, n)
+    bad = np.flatnonzero((v < 0) | (v > 1))
+    if bad.size:
+        raise ConceptRangeError(f"{name} holds {v[bad[0]]} at input {bad[0]}; probabilities must lie in [0, 1]")
+    return v
+
+
+def check_pairs(pairs: npt.NDArray[np.int64], n_units: int, n_concepts: int) -> None:
+    """(unit, concept) index pairs inside n_units x n_concepts."""
+    bad = (pairs[:, 0] < 0) | (pairs[:, 0] >= n_units) | (pairs[:, 1] < 0) | (pairs[:, 1] >= n_concepts)
+    if bad.any():
+        k, t = pairs[np.flatnonzero(bad)[0]]
+        raise PairIndexError(f"pair ({k}, {t}) is outside {n_units} units x {n_concepts} concepts")
+
+
+def as_reals(x: Any, name: str) -> npt.NDArray[np.float64]:
+    """A real number (not a bool; NaN allowed) or an array of real numbers, as float64."""
+    if x is None or isinstance(x, (numbers.Number, np.generic, str, bytes)):
+        return np.asarray(check_real(x, name, finite=False))
+    return as_real_array(x, name)
+
+
+def as_counts(x: Any, name: str) -> npt.NDArray[np.float64]:
+    """Counts as float64 (exact): a Python or numpy integer or an array of an integer dtype,
+    every value >= 0. Bools and floats are refused, however whole: a count of 2.5 is a
+    mistake upstream, not a number to round."""
+    if x is None or isinstance(x, (numbers.Number, np.generic, str, bytes)):
+        return np.asarray(float(check_integer(x, name, minimum=0)))
+    values = as_real_array(x, name)  # complex, strings and ragged rows are refused here
+    if is_torch_tensor(x):
+        kind = "b" if str(x.dtype) == "torch.bool" else "f" if x.is_floating_point() else "i"
+        dtype = str(x.dtype)
+    else:
+        raw = np.asarray(x)
+        kind, dtype = raw.dtype.kind, str(raw.dtype)
+    if values.size and kind not in "iu":
+        raise ParameterError(f"{name} must hold integer counts; got {'bools' if kind == 'b' else f'dtype {dtype}'}")
+    negative = values < 0
+    if negative.any():
+        raise ParameterError(f"{name} must hold counts >= 0; found {values[negative][0]:.0f}")
+    return values
+
+
+def check_parameter(name: str, **value: Any) -> None:
+    """`ScoreParams`' rule for one parameter, with the caller's name for it in the message.
+
+    None is refused: `ScoreParams` reads it as "the default", but here it is no value."""
+    ((field, v),) = value.items()
+    if v is None:
+        raise ParameterError(f"{name} must be a number; got None")
+    try:
+        ScoreParams(**value)
+    except ParameterError as e:
+        raise ParameterError(str(e) if name == field else f"{name}: {e}") from e

@@ -95,6 +95,8 @@ def write_atomic(path: str | os.PathLike[str], write: Callable[[Path], object], 
     path = Path(path)
     if not path.parent.is_dir():
         raise OutputError(f"the output directory {path.parent} does not exist")
+    if path.is_dir():
+        raise OutputError(f"the output {path} is a directory; give a file path")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
         with writing(path, step):

@@ -9,7 +9,7 @@ and lambda on validation units over SPEC's grids; `meta_evaluate` does the whole
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,9 +18,28 @@ import numpy.typing as npt
 import polars as pl
 
 from . import _core
+from ._coerce import (
+    _as_array,
+    as_index_array,
+    as_matrix,
+    as_real_array,
+    check_between,
+    check_integer,
+    check_parameter,
+    check_real,
+    check_seed,
+    check_sequence,
+    is_torch_tensor,
+)
 from ._registry import METRICS
 from ._score import compute
-from .errors import EmptyInputError, LabelError, ParameterError, ShapeError
+from .errors import (
+    DTypeError,
+    EmptyInputError,
+    LabelError,
+    ParameterError,
+    ShapeError,
+)
 from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, metric_list
 
 __all__ = [
@@ -54,19 +73,24 @@ class MetaAuprc:
 
 
 def truth_matrix(truth: Any, shape: tuple[int, int]) -> np.ndarray:
-    """A (K, T) boolean matrix from either itself or one correct concept index per unit."""
-    t = np.asarray(truth)
-    if t.shape == shape:
+    """A (K, T) boolean matrix from either itself (bool or 0/1 values) or one correct concept
+    index per unit (integers in [0, T); floats and bools are not indices)."""
+    n_units, n_concepts = _matrix_shape(shape)
+    t = _truth_array(truth)
+    if t.shape == (n_units, n_concepts):
         if t.dtype != bool and not np.isin(t, (0, 1)).all():
             raise LabelError("a truth matrix must hold 0/1 or bool values")
         return t.astype(bool)
-    if t.ndim == 1 and t.shape[0] == shape[0]:
-        if t.dtype.kind not in "iu" or t.min(initial=0) < 0 or t.max(initial=0) >= shape[1]:
-            raise LabelError(f"truth must hold concept indices in [0, {shape[1]})")
-        y = np.zeros(shape, dtype=bool)
-        y[np.arange(shape[0]), t] = True
+    if t.ndim == 1 and t.shape[0] == n_units:
+        idx = _index_values(t)
+        if idx.size and (idx.min() < 0 or idx.max() >= n_concepts):
+            raise LabelError(
+                f"truth must hold concept indices in [0, {n_concepts}); found {_first_outside(idx, n_concepts)}"
+            )
+        y = np.zeros((n_units, n_concepts), dtype=bool)
+        y[np.arange(n_units), idx] = True
         return y
-    raise ShapeError(f"truth must have shape {shape} or ({shape[0]},); got {t.shape}")
+    raise ShapeError(f"truth must have shape {(n_units, n_concepts)} or ({n_units},); got {t.shape}")
 
 
 def meta_auprc(scores: Any, truth: Any) -> MetaAuprc:
@@ -87,10 +111,10 @@ def meta_auprc(scores: Any, truth: Any) -> MetaAuprc:
     >>> meta_auprc(s, np.array([0, 1]))
     MetaAuprc(value=1.0, nan_scores=1, pairs=4)
     """
-    s = np.asarray(scores, dtype=np.float64)
+    s = as_real_array(scores, "scores")
     if s.ndim != 2:
         raise ShapeError(f"scores must be 2-D (units, concepts); got shape {s.shape}")
-    y = truth_matrix(truth, s.shape)
+    y = truth_matrix(truth, (s.shape[0], s.shape[1]))
     nan = np.isnan(s)
     # AP depends only on the order of the scores: rank them (ties kept), NaN below every rank (-inf too).
     flat = s.reshape(-1)
@@ -113,12 +137,13 @@ def split_units(n_units: int, validation: float = 0.05, seed: int = 0) -> tuple[
     >>> len(val), len(test), sorted(np.concatenate([val, test]).tolist()) == list(range(40))
     (2, 38, True)
     """
-    if not isinstance(n_units, (int, np.integer)) or n_units < 2:
-        raise EmptyInputError(f"a validation/test split needs at least 2 units; got {n_units}")
-    if not 0.0 < validation < 1.0:
-        raise ParameterError(f"validation must be a fraction in (0, 1); got {validation}")
-    n_val = min(max(1, round(validation * n_units)), n_units - 1)
-    order = np.random.default_rng(seed).permutation(n_units)
+    try:
+        n = check_integer(n_units, "n_units", minimum=2)
+    except ParameterError as e:  # not a number of units at all, or too few: nothing to split
+        raise EmptyInputError(f"a validation/test split needs at least 2 units: {e}") from e
+    fraction = check_between(validation, "validation", 0.0, 1.0)
+    n_val = min(max(1, round(fraction * n)), n - 1)
+    order = np.random.default_rng(check_seed(seed)).permutation(n)
     return np.sort(order[:n_val]), np.sort(order[n_val:])
 
 
@@ -173,10 +198,13 @@ def tune(
     1.0
     """
     names = metric_list(metrics)
-    alpha_grid = [float(a) for a in alphas]
-    lam_grid = [float(v) for v in lams]
+    alpha_grid = _grid(alphas, "alphas", "alpha")
+    lam_grid = _grid(lams, "lams", "lam")
     if not alpha_grid or not lam_grid:
-        raise ParameterError("the alpha and lambda grids must not be empty")
+        raise ParameterError("the alpha and lambda grids (alphas, lams) must not be empty")
+    check_seed(seed)
+    check_parameter("k", k=k)
+    check_parameter("top_alpha", top_alpha=top_alpha)
 
     def scores_at(
         which: list[str], alpha: float = DEFAULT_ALPHA, lam: float = 1.0
@@ -247,8 +275,10 @@ def meta_evaluate(
     [('correlation', None, 1.0), ('recall', 0.0001, 0.7916666666666666)]
     """
     names = metric_list(metrics)
-    a = _matrix(activations, "activations")
+    a = as_matrix(activations, "activations")
+    _check_units(a)
     truth_idx = _truth_indices(truth, a.shape[1])
+    _check_fixed_parameters(alpha, lam, k, top_alpha)
     val, test = split_units(a.shape[1], validation, seed)
     if alpha is None:
         chosen = tune(a[:, val], concepts, truth_idx[val], names, k=k, top_alpha=top_alpha, seed=seed)
@@ -299,24 +329,79 @@ def meta_evaluate(
     )
 
 
-def _matrix(x: Any, name: str) -> npt.NDArray[Any]:
-    from ._coerce import as_matrix
+# --------------------------------------------------------------------------------------------
+# Input rules of meta and sanity
 
-    return as_matrix(x, name)
+
+def _check_fixed_parameters(alpha: Any, lam: Any, k: Any, top_alpha: Any) -> None:
+    """The scoring parameters of a run that may tune alpha (None: tune it): `lam` is used only
+    with `alpha` (without it, alpha and lambda are tuned together), and every given one is valid."""
+    if alpha is None and lam is not None:
+        raise ParameterError("lam is used only with alpha: without alpha, alpha and lambda are tuned together")
+    if alpha is not None:
+        check_parameter("alpha", alpha=alpha)
+    if lam is not None:
+        check_parameter("lam", lam=lam)
+    check_parameter("k", k=k)
+    check_parameter("top_alpha", top_alpha=top_alpha)
+
+
+def _check_units(a: npt.NDArray[Any]) -> None:
+    """Activations with enough units (columns) for a validation/test split."""
+    if a.shape[1] < 2:
+        raise EmptyInputError(f"activations have {a.shape[1]} unit(s) (columns); the validation/test split needs 2")
+
+
+def _grid(values: Any, name: str, field: str) -> list[float]:
+    """A grid of parameter values: a sequence of real numbers, each valid as `field`."""
+    grid = [check_real(v, name) for v in check_sequence(values, name)]
+    for x in grid:
+        check_parameter(name, **{field: x})
+    return grid
+
+
+def _matrix_shape(shape: Any) -> tuple[int, int]:
+    """`shape` as (units, concepts)."""
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable) or len(tuple(shape)) != 2:
+        raise ShapeError(f"shape must be (units, concepts); got {shape!r}")
+    n_units, n_concepts = tuple(shape)
+    return check_integer(n_units, "shape", minimum=0), check_integer(n_concepts, "shape", minimum=0)
+
+
+def _truth_array(truth: Any) -> np.ndarray:
+    """`truth` as a numpy array of its own dtype (a tensor's integer indices stay integers);
+    a `DTypeError` for complex, strings and objects, a `ShapeError` for ragged rows."""
+    t = np.asarray(truth.detach().cpu().numpy()) if is_torch_tensor(truth) else _as_array(truth, "truth")
+    if t.dtype.kind not in "biuf":
+        what = "complex values are not accepted" if t.dtype.kind == "c" else "expected concept indices or 0/1 values"
+        raise DTypeError(f"truth has dtype {t.dtype}; {what}")
+    return t
+
+
+def _index_values(t: np.ndarray) -> npt.NDArray[np.int64]:
+    """Concept indices of an integer dtype as int64 (floats and bools are not indices)."""
+    if t.dtype.kind not in "iu":
+        raise LabelError(f"truth must hold integer concept indices; got dtype {t.dtype}")
+    return as_index_array(t, "truth")
+
+
+def _first_outside(idx: npt.NDArray[np.int64], n_concepts: int) -> int:
+    return int(idx[np.flatnonzero((idx < 0) | (idx >= n_concepts))[0]])
 
 
 def _truth_indices(truth: Any, n_units: int) -> npt.NDArray[np.int64]:
     """One correct concept index per unit, from indices or a one-hot (K, T) matrix."""
-    t = np.asarray(truth)
+    t = _truth_array(truth)
     if t.ndim == 2:
         if t.shape[0] != n_units:
             raise ShapeError(f"truth has {t.shape[0]} rows for {n_units} units")
-        y = truth_matrix(t, t.shape)
+        y = truth_matrix(t, (t.shape[0], t.shape[1]))
         if not (y.sum(axis=1) == 1).all():
             raise LabelError("each unit needs exactly one correct concept in a truth matrix")
         return np.asarray(y.argmax(axis=1), dtype=np.int64)
     if t.ndim != 1 or t.shape[0] != n_units:
         raise ShapeError(f"truth must have one concept index per unit ({n_units},); got shape {t.shape}")
-    if t.dtype.kind not in "iu" or (t.size and t.min() < 0):
-        raise LabelError("truth must hold non-negative integer concept indices")
-    return t.astype(np.int64)
+    idx = _index_values(t)
+    if idx.size and idx.min() < 0:
+        raise LabelError(f"truth must hold non-negative integer concept indices; found {int(idx.min())}")
+    return idx

@@ -36,13 +36,29 @@ import numpy.typing as npt
 import polars as pl
 
 from . import _core
-from ._coerce import as_matrix
+from ._coerce import (
+    as_matrix,
+    as_real_array,
+    check_between,
+    check_flag,
+    check_integer,
+    check_parameter,
+    check_real,
+    check_seed,
+    check_sequence,
+)
 from ._registry import METRICS
 from ._score import compute
-from .errors import ConceptRangeError, EmptyInputError, NonFiniteError, ParameterError, ShapeError
+from .errors import ConceptRangeError, EmptyInputError, NonFiniteError, ParameterError, ShapeError, UnknownMetricError
 from .files import write_atomic, write_files_atomic
-from .meta import _truth_indices, split_units, tune
-from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, ScoreParams, metric_list
+from .meta import (
+    _check_fixed_parameters,
+    _check_units,
+    _truth_indices,
+    split_units,
+    tune,
+)
+from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, metric_list
 
 __all__ = [
     "EPSILON",
@@ -117,15 +133,14 @@ def missing_labels(concepts: Any, keep: float = 0.5, seed: int = 0) -> Array:
     >>> float(missing_labels(c, keep=0.3, seed=1).mean().round(2))
     0.3
     """
-    c = _concepts(concepts)
-    _check_seed(seed)
-    if not 0.0 <= keep <= 1.0:
-        raise ParameterError(f"keep must be a probability in [0, 1]; got {keep}")
+    c, one_column = _concept_matrix(concepts)
+    seed = check_seed(seed)
+    keep = _check_keep(keep)
     out = np.empty_like(c)
     for t in range(c.shape[1]):
         m = _stream(seed, _MISSING, t).random(c.shape[0]) < keep
         out[:, t] = c[:, t] * m
-    return out.reshape(np.shape(concepts)) if np.ndim(concepts) == 1 else out
+    return out[:, 0] if one_column else out
 
 
 def extra_labels(concepts: Any, rate: float = 2.0, seed: int = 0) -> Array:
@@ -148,10 +163,9 @@ def extra_labels(concepts: Any, rate: float = 2.0, seed: int = 0) -> Array:
     >>> float(extra_labels(c, rate=3.0, seed=1).sum().round(-2))
     3000.0
     """
-    c = _concepts(concepts)
-    _check_seed(seed)
-    if not (math.isfinite(rate) and rate >= 1.0):
-        raise ParameterError(f"rate must be a finite number >= 1; got {rate}")
+    c, one_column = _concept_matrix(concepts)
+    seed = check_seed(seed)
+    rate = _check_rate(rate)
     n = c.shape[0]
     out = c.copy()
     for t in range(c.shape[1]):
@@ -161,11 +175,15 @@ def extra_labels(concepts: Any, rate: float = 2.0, seed: int = 0) -> Array:
         p = min((rate - 1.0) * mass / (n - mass), 1.0)
         e = _stream(seed, _EXTRA, t).random(n) < p
         out[e, t] = 1.0
-    return out.reshape(np.shape(concepts)) if np.ndim(concepts) == 1 else out
+    return out[:, 0] if one_column else out
 
 
-def _check_seed(seed: Any) -> None:
-    ScoreParams(seed=seed)  # the one seed rule: an integer in [0, 2^64)
+def _check_keep(keep: Any) -> float:
+    return check_between(keep, "keep", 0.0, 1.0, closed="both")
+
+
+def _check_rate(rate: Any) -> float:
+    return check_between(rate, "rate", 1.0, math.inf, closed="left")
 
 
 def _stream(seed: int, tag: int, column: int) -> np.random.Generator:
@@ -173,11 +191,18 @@ def _stream(seed: int, tag: int, column: int) -> np.random.Generator:
 
 
 def _concepts(concepts: Any) -> Array:
-    c = np.asarray(concepts, dtype=np.float64)
-    if c.ndim == 1:
-        c = c[:, None]
-    if c.ndim != 2:
+    """Concept probabilities as an (N, T) float64 matrix (a 1-D input is one concept)."""
+    return _concept_matrix(concepts)[0]
+
+
+def _concept_matrix(concepts: Any) -> tuple[Array, bool]:
+    """`_concepts`, and whether the input was one 1-D concept."""
+    c = as_real_array(concepts, "concepts")
+    if c.ndim not in (1, 2):
         raise ShapeError(f"concepts must be 1-D or 2-D (inputs x concepts); got shape {c.shape}")
+    one_column = c.ndim == 1
+    if one_column:
+        c = c[:, None]
     if c.shape[0] == 0 or c.shape[1] == 0:
         raise EmptyInputError(f"concepts have shape {c.shape}; need at least one input and one concept")
     bad = ~np.isfinite(c)
@@ -188,7 +213,7 @@ def _concepts(concepts: Any) -> Array:
     if bad.any():
         i, t = np.argwhere(bad)[0]
         raise ConceptRangeError(f"concepts hold {c[i, t]} at row {i}, column {t}; values must lie in [0, 1]")
-    return c
+    return c, one_column
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,7 +236,13 @@ class SanityResult:
     @staticmethod
     def concat(results: Iterable[SanityResult]) -> SanityResult:
         """One result holding the records of several runs (settings are kept apart)."""
-        return SanityResult(pl.concat([r.records for r in results], how="vertical_relaxed"))
+        listed = check_sequence(results, "results")
+        if not listed:
+            raise EmptyInputError("results is empty: no sanity run to concatenate")
+        for r in listed:
+            if not isinstance(r, SanityResult):
+                raise ParameterError(f"results must hold SanityResult; found {type(r).__name__}")
+        return SanityResult(pl.concat([r.records for r in listed], how="vertical_relaxed"))
 
     def table(self) -> pl.DataFrame:
         """The paper's Table 3: one row per metric, Decrease Acc per {missing, extra} x
@@ -241,6 +272,7 @@ class SanityResult:
 
     def to_markdown(self, paper: bool = True) -> str:
         """Table 3 as a markdown table; with `paper`, each cell shows the paper's value too."""
+        paper = check_flag(paper, "paper")
         table = self.table()
         head = ["metric", "missing exp.", "missing theo.", "extra exp.", "extra theo.", "verdict"]
         if paper:
@@ -270,6 +302,7 @@ class SanityResult:
         All or none: the files are written aside and renamed into place only when every one
         of them succeeded (`chart.png` needs matplotlib: the ``plot`` extra).
         """
+        chart = check_flag(chart, "chart")
         files: dict[str, Callable[[Path], object]] = {
             "table.csv": lambda p: self.table().write_csv(p),
             "table.md": lambda p: p.write_text(self.to_markdown()),
@@ -392,6 +425,8 @@ def decrease_accuracy(
     >>> r.records.select("perturbation", "decrease_acc").rows()
     [('missing', 100.0), ('extra', 100.0)]
     """
+    if not isinstance(metric, str):
+        raise UnknownMetricError(f"metric must be one name from neuroneval.METRICS; got {metric!r}")
     return _experimental_run(
         metric_list([metric]),
         as_matrix(activations, "activations"),
@@ -459,12 +494,20 @@ def experimental(
     names = metric_list(metrics)
     a = as_matrix(activations, "activations")
     c = _concepts(concepts)
+    _check_units(a)
+    if a.shape[0] != c.shape[0]:
+        raise ShapeError(f"activations have {a.shape[0]} inputs (rows) but concepts have {c.shape[0]}")
+    _check_fixed_parameters(alpha, lam, k, top_alpha)
+    _check_run_parameters(epsilon, keep, rate, seed)
+    if not isinstance(setting, str) or not setting.strip():
+        raise ParameterError(f"setting must be a non-empty name (a str); got {setting!r}")
+    val, test = split_units(a.shape[1], validation, seed)
     if truth is None:
+        check_parameter("truth_alpha", alpha=truth_alpha)
         iou = compute(a, c, ["iou"], alpha=truth_alpha)["iou"]
         truth_idx = np.asarray(np.where(np.isnan(iou), -np.inf, iou).argmax(axis=1), dtype=np.int64)
     else:
         truth_idx = _truth_indices(truth, a.shape[1])
-    val, test = split_units(a.shape[1], validation, seed)
     if alpha is None:
         chosen = tune(a[:, val], c, truth_idx[val], names, k=k, top_alpha=top_alpha, seed=seed)
         params = {m: (t.alpha or DEFAULT_ALPHA, 1.0 if t.lam is None else t.lam) for m, t in chosen.items()}
@@ -508,6 +551,12 @@ def _experimental_run(
     truth_idx = _truth_indices(truth, a.shape[1])
     if truth_idx.size and truth_idx.max() >= c.shape[1]:
         raise ShapeError(f"truth names concept {truth_idx.max()} but there are {c.shape[1]} concepts")
+    epsilon, keep, rate, seed = _check_run_parameters(epsilon, keep, rate, seed)
+    for alpha, lam in params.values():
+        check_parameter("alpha", alpha=alpha)
+        check_parameter("lam", lam=lam)
+    check_parameter("k", k=k)
+    check_parameter("top_alpha", top_alpha=top_alpha)
     if units is None:
         units = np.arange(a.shape[1])
     perturbed = {"missing": missing_labels(c, keep, seed), "extra": extra_labels(c, rate, seed)}
@@ -570,6 +619,12 @@ def _experimental_run(
 # Theoretical protocol
 
 
+def _check_run_parameters(epsilon: Any, keep: Any, rate: Any, seed: Any) -> tuple[float, float, float, int]:
+    """The counting and perturbation parameters of a run, checked before any work: epsilon, keep, rate, seed."""
+    epsilon = check_between(epsilon, "epsilon", 0.0, math.inf, closed="left")
+    return epsilon, _check_keep(keep), _check_rate(rate), check_seed(seed)
+
+
 def _table_scores(n: Any, n11: Any, n10: Any, n01: Any, metrics: list[str], lam: float) -> dict[str, Array]:
     """The core's scores of 2x2 tables (`_core.table_scores`: the pair kernel's formulas for a
     binary unit, used as already binarised, against a binary concept), counts broadcast."""
@@ -616,21 +671,17 @@ def theoretical(
     [100.0, 100.0, 100.0, 0.0, 0.0]
     """
     names = metric_list(metrics)
-    if not isinstance(n, (int, np.integer)) or n < 2:
-        raise ParameterError(f"n must be an integer >= 2; got {n!r}")
-    if not isinstance(seeds, (int, np.integer)) or seeds < 1:
-        raise ParameterError(f"seeds must be a positive integer; got {seeds!r}")
-    gamma_list = [float(g) for g in gammas]
+    n = check_integer(n, "n", minimum=2)
+    seeds = check_integer(seeds, "seeds", minimum=1)
+    gamma_list = [check_real(g, "gammas") for g in check_sequence(gammas, "gammas")]
     if not gamma_list:
         raise EmptyInputError("no gamma was given")
     for g in gamma_list:
         if not (0.0 < g < 1.0 and math.floor(g * n) >= 1):
             raise ParameterError(f"gamma {g} must lie in (0, 1) and give at least one positive input at n = {n}")
-    if not 0.0 <= keep <= 1.0:
-        raise ParameterError(f"keep must be a probability in [0, 1]; got {keep}")
-    if not (math.isfinite(rate) and rate >= 1.0):
-        raise ParameterError(f"rate must be a finite number >= 1; got {rate}")
-    ScoreParams(k=k, lam=lam, seed=seed)
+    epsilon, keep, rate, seed = _check_run_parameters(epsilon, keep, rate, seed)
+    check_parameter("k", k=k)
+    check_parameter("lam", lam=lam)
 
     # scores[version][metric] has shape (gammas, seeds)
     scores: dict[str, dict[str, list[Array]]] = {v: {m: [] for m in names} for v in ("original", "missing", "extra")}

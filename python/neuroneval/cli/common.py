@@ -335,13 +335,23 @@ def memory_bytes() -> int | None:
         return None
 
 
-def check_fits(need: int, what: str) -> None:
-    """One clear error, instead of a MemoryError or the OOM killer, for matrices too big to hold."""
+def check_fits(
+    need: int,
+    what: str,
+    *,
+    holds: str = "reads the matrices into memory and",
+    remedy: str = "use fewer units, concepts or inputs",
+    error: type[Exception] = ShapeError,
+) -> None:
+    """One clear error, before any work, instead of a MemoryError or the OOM killer: for
+    matrices too big to hold, or (with `holds=""`, a `remedy` naming the option and
+    `error=ParameterError`) for draws, resamples or seeds too many (a count typed with too
+    many zeros)."""
     total = memory_bytes()
     if total is not None and need > MEMORY_SHARE * total:
-        raise ShapeError(
-            f"{what} reads the matrices into memory and would need about {need / 2**30:.1f} GiB, more than "
-            f"{MEMORY_SHARE:.0%} of this machine's {total / 2**30:.1f} GiB; use fewer units, concepts or inputs"
+        raise error(
+            f"{what} {holds + ' ' if holds else ''}would need about {need / 2**30:.1f} GiB of memory, more than "
+            f"{MEMORY_SHARE:.0%} of this machine's {total / 2**30:.1f} GiB; {remedy}"
         )
 
 

@@ -19,8 +19,9 @@ import polars as pl
 from neuroneval import crowd
 from neuroneval.errors import ParameterError, ShapeError, SourceError
 from neuroneval.files import write_files_atomic
+from neuroneval.indices import read_pairs
 from neuroneval.params import ScoreParams
-from neuroneval.sources import Source, open_activations, open_concepts, read_pairs
+from neuroneval.sources import Source, input_file, open_activations, open_concepts
 
 from .common import (
     SUMMARY_UNITS,
@@ -369,9 +370,7 @@ def _original_pairs(table: pl.DataFrame, pairs: npt.NDArray[np.int64]) -> pl.Dat
 
 def _read_table(path: str, what: str) -> pl.DataFrame:
     """A .csv or .parquet table."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{what} file {p} does not exist")
+    p = input_file(path, f"{what} file")
     if p.suffix not in TABLE_SUFFIXES:
         raise SourceError(f"cannot read {what} from {p}: expected a .csv or .parquet file")
     try:
@@ -381,10 +380,7 @@ def _read_table(path: str, what: str) -> pl.DataFrame:
 
 
 def _read_plan(path: str) -> crowd.Plan:
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"plan file {p} does not exist")
-    return crowd.Plan.read(p)
+    return crowd.Plan.read(input_file(path, "plan file"))
 
 
 def _same_file(a: Path, b: Path, flags: str) -> None:
@@ -415,6 +411,14 @@ def plan(args: argparse.Namespace) -> int:
     pairs = read_pairs(args.pairs, n_units=acts.n_columns, n_concepts=model.n_columns)
     units, concepts, local = _local_indices(pairs)
     check_fits(8 * acts.n_rows * (units.size + concepts.size), "crowd plan")
+    # Seven 8-byte columns per draw, held twice (the draws and the plan's table).
+    check_fits(
+        2 * 7 * 8 * len(pairs) * (args.budget // args.raters),
+        "crowd plan",
+        holds="",
+        remedy="use a smaller --budget",
+        error=ParameterError,
+    )
     # Only the columns the pairs use are read; the plan's pairs keep their original indices.
     result = crowd.plan(
         local,
@@ -521,6 +525,15 @@ def estimate(args: argparse.Namespace) -> int:
     out: Path | None = args.out
     the_plan = _read_plan(args.plan)
     labels = _read_table(args.labels, "labels")
+    # The bootstrap of the largest pair: an index and four values per resampled draw.
+    largest = int(the_plan.draws.group_by("pair").len()["len"].max())  # type: ignore[arg-type]
+    check_fits(
+        5 * 8 * args.bootstrap * largest,
+        "crowd estimate",
+        holds="",
+        remedy="use a smaller --bootstrap",
+        error=ParameterError,
+    )
     table = crowd.estimate(
         the_plan,
         labels,
@@ -587,6 +600,14 @@ def simulate(args: argparse.Namespace) -> int:
     pairs = read_pairs(args.pairs, n_units=acts.n_columns, n_concepts=labels.n_columns)
     units, concepts, local = _local_indices(pairs)
     check_fits(8 * acts.n_rows * (units.size + 2 * concepts.size), "crowd simulate")
+    # Per pair and budget: the draws of every trial, their weights, labels and products.
+    check_fits(
+        6 * 8 * args.trials * (max(args.budgets) // args.raters),
+        "crowd simulate",
+        holds="",
+        remedy="use smaller --budgets or fewer --trials",
+        error=ParameterError,
+    )
     # Only the columns the pairs use are read; the result's pairs keep their original indices.
     sim = crowd.simulate(
         acts.dense(units),

@@ -9,8 +9,8 @@ from typing import Any
 import polars as pl
 
 from neuroneval import METRICS, meta
+from neuroneval.indices import read_truth
 from neuroneval.params import ScoreParams, metric_list
-from neuroneval.sources import read_truth
 
 from .common import (
     DEFAULT_VALIDATION,

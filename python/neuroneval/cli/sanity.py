@@ -10,8 +10,9 @@ from typing import Any
 import polars as pl
 
 from neuroneval import METRICS, meta, sanity
+from neuroneval.errors import ParameterError
+from neuroneval.indices import read_truth
 from neuroneval.params import ScoreParams, metric_list
-from neuroneval.sources import read_truth
 
 from .common import (
     DEFAULT_VALIDATION,
@@ -178,6 +179,14 @@ def run(args: argparse.Namespace) -> int:
     chart = chart_wanted(out, args.no_chart, "chart.png")
     lam = 1.0 if args.lam is None else args.lam
     common: dict[str, Any] = {"keep": args.keep, "rate": args.rate, "seed": args.seed}
+    if args.theoretical:  # per gamma: each seed's counts and every metric's three scores
+        check_fits(
+            8 * seeds * len(sanity.GAMMAS) * (3 * len(metrics) + 12),
+            "the theoretical test",
+            holds="",
+            remedy="use fewer --seeds",
+            error=ParameterError,
+        )
 
     results = []
     lines = []

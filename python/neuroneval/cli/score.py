@@ -11,8 +11,9 @@ import polars as pl
 
 from neuroneval import METRICS, evaluate, score
 from neuroneval.files import output_lock, write_atomic
+from neuroneval.indices import read_pairs
 from neuroneval.params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, ScoreParams, metric_list
-from neuroneval.sources import Source, read_pairs
+from neuroneval.sources import Source
 
 from .common import (
     SUMMARY_UNITS,

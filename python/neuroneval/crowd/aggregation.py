@@ -1,0 +1,248 @@
+"""Rating aggregation (SPEC section 6): BRAgg posteriors, majority and mean votes, and each
+rater's own error rate (one-coin Dawid-Skene)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import numpy as np
+import polars as pl
+
+from .._coerce import (
+    as_counts,
+    as_reals,
+    as_table,
+    check_between,
+    check_columns,
+    check_integer,
+)
+from ..errors import EmptyInputError, LabelError, ParameterError, ShapeError
+from .sampling import _PRIOR_CLIP, Array, Method, Plan, _check_plan, _check_prior, _check_rate
+
+# --------------------------------------------------------------------------------------------
+# Aggregation
+
+
+def bragg_posterior(positive: Any, votes: Any, eta: Any = 0.23, prior: Any = 0.05) -> Array:
+    """BRAgg's posterior that the concept is present, from `positive` "present" votes of `votes`.
+
+    logit(c) = logit(prior) + (2 positive - votes) log((1 - eta) / eta) (SPEC section 6).
+    Arrays broadcast.
+
+    Parameters
+    ----------
+    positive, votes : int or array_like of int
+        Vote counts: integers (not bools, not floats, however whole) with
+        0 <= positive <= votes. No vote at all (votes = 0) leaves the prior.
+    eta : float or array_like
+        Raters' error rate, in (0, 0.5).
+    prior : float or array_like
+        The prior that the concept is present, in (0, 1).
+
+    Examples
+    --------
+    >>> bragg_posterior([0, 1, 2, 3], 3).round(6).tolist()
+    [0.001401, 0.015478, 0.149805, 0.663849]
+    >>> bragg_posterior(4, 3)
+    Traceback (most recent call last):
+    ...
+    neuroneval.errors.ParameterError: positive must not exceed votes; found positive 4 of votes 3
+    """
+    pos = as_counts(positive, "positive")
+    m = as_counts(votes, "votes")
+    e = as_reals(eta, "eta")
+    p = as_reals(prior, "prior")
+    try:
+        np.broadcast_shapes(pos.shape, m.shape, e.shape, p.shape)
+    except ValueError as err:
+        raise ShapeError(
+            f"positive, votes, eta and prior must broadcast together; got shapes {pos.shape}, {m.shape}, "
+            f"{e.shape} and {p.shape}"
+        ) from err
+    pos_b, m_b = np.broadcast_arrays(pos, m)
+    over = np.flatnonzero((pos_b > m_b).ravel())
+    if over.size:
+        i = over[0]
+        raise ParameterError(
+            f"positive must not exceed votes; found positive {pos_b.ravel()[i]:.0f} of votes {m_b.ravel()[i]:.0f}"
+        )
+    if not np.all((e > 0) & (e < 0.5)):  # NaN fails too
+        raise ParameterError("eta must lie in (0, 0.5): raters must be right more often than wrong")
+    if not np.all((p > 0) & (p < 1)):
+        raise ParameterError("the prior must lie in (0, 1)")
+    logit = np.log(p / (1 - p)) + (2 * pos - m) * np.log((1 - e) / e)
+    out: Array = 1.0 / (1.0 + np.exp(-logit))
+    return out
+
+
+def _ratings_table(ratings: Any, plan: Plan | None) -> pl.DataFrame:
+    table = as_table(ratings, "ratings", "pair, input, vote (and rater)")
+    if plan is not None:
+        _check_plan(plan)
+    table = check_columns(table, "ratings", {"pair": "id", "input": "id", "vote": "any"})
+    if table.height == 0:
+        raise EmptyInputError("no rating given")
+    if "rater" in table.columns:
+        rater = table["rater"].dtype
+        if not (rater.is_integer() or rater in (pl.String, pl.Categorical) or isinstance(rater, pl.Enum)):
+            raise LabelError(f"ratings column 'rater' must hold integer or text ids; got {rater}")
+    vote = table["vote"]
+    if vote.dtype == pl.Boolean:
+        table = table.with_columns(pl.col("vote").cast(pl.Int64))
+    elif not vote.dtype.is_numeric():
+        raise LabelError(f"votes must be binary (0 = absent, 1 = present); got a column of {vote.dtype}")
+    else:
+        values = vote.to_numpy()
+        bad = np.flatnonzero(~np.isin(values, (0, 1)))  # NaN is not in it either
+        if bad.size:
+            row = table.row(int(bad[0]), named=True)
+            raise LabelError(
+                f"votes must be binary (0 = absent, 1 = present); {bad.size} are not "
+                f"(first: pair {row['pair']}, input {row['input']}, vote {row['vote']})"
+            )
+    table = table.with_columns(pl.col("vote").cast(pl.Int64))
+    if plan is not None:
+        unknown = table.join(plan.inputs(), on=["pair", "input"], how="anti")
+        if unknown.height:
+            first = unknown.row(0, named=True)
+            raise LabelError(
+                f"{unknown.height} rating(s) are for a (pair, input) the plan did not draw "
+                f"(first: pair {first['pair']}, input {first['input']})"
+            )
+    return table
+
+
+def aggregate(
+    ratings: Any,
+    method: Method = "bragg",
+    *,
+    eta: float | Literal["estimate"] = 0.23,
+    prior: float | Literal["model"] = 0.05,
+    plan: Plan | None = None,
+    max_iter: int = 200,
+    tol: float = 1e-9,
+) -> pl.DataFrame:
+    """One soft label per rated (pair, input), from its binary votes.
+
+    Parameters
+    ----------
+    ratings : polars.DataFrame (or anything it takes)
+        One row per vote: pair, input, vote (0/1 or bool), and optionally rater.
+    method : "bragg", "majority" or "mean"
+        BRAgg's posterior (`bragg_posterior`); the majority vote (1/2 on a tie); the mean vote.
+    eta : float or "estimate"
+        Raters' error rate for BRAgg (0.23 in the paper). "estimate" fits one rate per rater by
+        expectation-maximisation (one-coin Dawid-Skene, `rater_error_rates`); needs a rater column.
+    prior : float or "model"
+        BRAgg's prior: a constant (0.05), or the concept model's probability at the input,
+        clipped to [0.001, 0.999] (needs `plan`).
+    plan : Plan, optional
+        When given, every rated (pair, input) must be one the plan drew.
+
+    Returns
+    -------
+    polars.DataFrame
+        pair, input, votes, positive, label (in [0, 1]).
+
+    Examples
+    --------
+    >>> r = pl.DataFrame({"pair": [0, 0, 0, 0, 0, 0], "input": [4, 4, 4, 9, 9, 9], "vote": [1, 1, 0, 0, 0, 1]})
+    >>> aggregate(r, "majority")["label"].to_list(), aggregate(r)["label"].round(4).to_list()
+    ([1.0, 0.0], [0.1498, 0.0155])
+    """
+    table = _ratings_table(ratings, plan)
+    if not isinstance(method, str) or method not in ("bragg", "majority", "mean"):
+        raise ParameterError(f"method must be 'bragg', 'majority' or 'mean'; got {method!r}")
+    if isinstance(eta, str):
+        if eta != "estimate":
+            raise ParameterError(f"eta must be a rate in (0, 0.5) or 'estimate'; got {eta!r}")
+    else:
+        eta = _check_rate(eta)
+    prior = _check_prior(prior)
+    max_iter = check_integer(max_iter, "max_iter", minimum=1)
+    tol = check_between(tol, "tol", 0.0, math.inf, closed="left")
+    items = table.group_by("pair", "input", maintain_order=True).agg(
+        pl.len().alias("votes"), pl.col("vote").sum().alias("positive")
+    )
+    pos = items["positive"].to_numpy()
+    m = items["votes"].to_numpy()
+    if method == "mean":
+        label = pos / m
+    elif method == "majority":
+        label = np.where(2 * pos > m, 1.0, np.where(2 * pos == m, 0.5, 0.0))
+    else:
+        prior_values = _prior_values(items, prior, plan)
+        if eta == "estimate":
+            _, posterior = _dawid_skene(table, items, prior_values, max_iter, tol)
+            label = posterior
+        else:
+            label = bragg_posterior(pos, m, eta, prior_values)
+    return items.with_columns(pl.Series("label", label, dtype=pl.Float64))
+
+
+def _prior_values(items: pl.DataFrame, prior: Any, plan: Plan | None) -> Array:
+    prior = _check_prior(prior)
+    if prior == "model":
+        if plan is None:
+            raise ParameterError("prior='model' needs the plan (it holds the concept model's probabilities)")
+        model = plan.draws.select("pair", "input", "model").unique(["pair", "input"])
+        joined = items.join(model, on=["pair", "input"], how="left", maintain_order="left")
+        clipped: Array = np.clip(joined["model"].to_numpy().astype(np.float64), *_PRIOR_CLIP)
+        return clipped
+    return np.full(items.height, prior)
+
+
+def _dawid_skene(
+    table: pl.DataFrame, items: pl.DataFrame, prior: Array, max_iter: int, tol: float
+) -> tuple[dict[Any, float], Array]:
+    """One-coin Dawid-Skene by EM: each rater r is wrong with probability eta_r, whatever the truth."""
+    if "rater" not in table.columns:
+        raise ParameterError("eta='estimate' needs a rater column in the ratings")
+    if table["rater"].null_count():
+        raise LabelError("ratings have missing rater ids")
+    item_index = items.with_row_index("item").select("pair", "input", "item")
+    votes = table.join(item_index, on=["pair", "input"], how="left", maintain_order="left")
+    raters, rater_idx = np.unique(votes["rater"].to_numpy(), return_inverse=True)
+    item = votes["item"].to_numpy().astype(np.int64)
+    vote = votes["vote"].to_numpy().astype(np.float64)
+    eta = np.full(raters.size, 0.2)
+    logit_prior = np.log(prior / (1 - prior))
+    posterior = prior.copy()
+    for _ in range(max_iter):
+        # E-step: each item's posterior under the current rates.
+        lr = np.log((1 - eta) / eta)[rater_idx] * (2 * vote - 1)
+        logit = logit_prior + np.bincount(item, weights=lr, minlength=prior.size)
+        new = 1.0 / (1.0 + np.exp(-logit))
+        # M-step: a rater's rate is its expected share of wrong votes (kept inside (0, 0.5)).
+        wrong = vote * (1 - new[item]) + (1 - vote) * new[item]
+        counts = np.bincount(rater_idx, minlength=raters.size)
+        eta = np.clip(np.bincount(rater_idx, weights=wrong, minlength=raters.size) / counts, 1e-4, 0.4999)
+        if np.max(np.abs(new - posterior)) < tol:
+            posterior = new
+            break
+        posterior = new
+    return dict(zip(raters.tolist(), eta.tolist(), strict=True)), posterior
+
+
+def rater_error_rates(
+    ratings: Any, *, prior: float | Literal["model"] = 0.05, plan: Plan | None = None, max_iter: int = 200
+) -> pl.DataFrame:
+    """Each rater's error rate, fitted by EM (one-coin Dawid-Skene): rater, eta, votes.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> truth = rng.random(3000) < 0.3
+    >>> rows = [(0, i, r, int(truth[i] ^ (rng.random() < e))) for i in range(3000) for r, e in enumerate([0.05, 0.2, 0.35])]
+    >>> rates = rater_error_rates(pl.DataFrame(rows, schema=["pair", "input", "rater", "vote"], orient="row"), prior=0.3)
+    >>> rates["eta"].round(2).to_list()   # planted: 0.05, 0.2, 0.35
+    [0.05, 0.2, 0.36]
+    """
+    table = _ratings_table(ratings, plan)
+    max_iter = check_integer(max_iter, "max_iter", minimum=1)
+    items = table.group_by("pair", "input", maintain_order=True).agg(pl.len().alias("votes"))
+    rates, _ = _dawid_skene(table, items, _prior_values(items, prior, plan), max_iter, 1e-9)
+    counts = table.group_by("rater").len()
+    out = pl.DataFrame({"rater": list(rates), "eta": list(rates.values())})
+    return out.join(counts.rename({"len": "votes"}), on="rater", how="left").sort("rater")

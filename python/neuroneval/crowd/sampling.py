@@ -1,0 +1,313 @@
+"""MG-IS sampling (SPEC section 6): the proposal of a cheap concept model and the plans
+of which inputs raters see, for many (unit, explanation) pairs; the crowd package's shared types."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from .._coerce import (
+    as_matrix,
+    as_pairs,
+    as_probabilities,
+    as_vector,
+    check_between,
+    check_columns,
+    check_integer,
+    check_names,
+    check_pairs,
+    check_path,
+    check_seed,
+)
+from ..errors import EmptyInputError, LabelError, ParameterError, ShapeError, SourceError
+
+Array = npt.NDArray[np.float64]
+Sampling = Literal["mgis", "uniform"]
+Method = Literal["bragg", "majority", "mean"]
+
+#: The four configurations of the paper's comparison: (sampling, aggregation).
+CONFIGURATIONS: tuple[tuple[Sampling, Method], ...] = (
+    ("uniform", "majority"),
+    ("uniform", "bragg"),
+    ("mgis", "majority"),
+    ("mgis", "bragg"),
+)
+
+_PRIOR_CLIP = (0.001, 0.999)
+
+
+# --------------------------------------------------------------------------------------------
+# Sampling
+
+
+def _standardise(x: Array) -> Array | None:
+    """(x - mean) / std with population moments; None when x is constant."""
+    if x.max() == x.min():  # exact, unlike a std that rounding can leave above 0
+        return None
+    centred = x - x.mean()
+    std = math.sqrt(float(np.mean(centred * centred)))
+    return None if std == 0.0 else centred / std
+
+
+def _check_gamma(gamma: Any) -> float:
+    return check_between(gamma, "gamma", 0.0, 1.0, closed="right")
+
+
+def _check_rate(eta: Any) -> float:
+    """Raters' error rate: in (0, 0.5), raters right more often than wrong."""
+    return check_between(eta, "eta", 0.0, 0.5)
+
+
+def _check_prior(prior: Any) -> float | Literal["model"]:
+    """BRAgg's prior: a probability in (0, 1), or "model"."""
+    if isinstance(prior, str) and prior != "model":
+        raise ParameterError(f"prior must be a probability in (0, 1) or 'model'; got {prior!r}")
+    return "model" if isinstance(prior, str) else check_between(prior, "prior", 0.0, 1.0)
+
+
+def _check_target(target: Any) -> float:
+    return check_between(target, "target", 0.0, math.inf, closed="left")
+
+
+def proposal(activations_k: Any, concept_model_probs: Any, gamma: float = 0.2) -> Array:
+    """The MG-IS proposal over the N inputs for one (unit, explanation) pair (SPEC section 6).
+
+    q_i = (1 - gamma) |abar_i chatbar_i| / sum_j |abar_j chatbar_j| + gamma / N, where abar and
+    chatbar are the unit's activations and the concept model's probabilities standardised with
+    population moments. When the model is constant (or no input has both terms nonzero) the
+    model part carries no information and q is uniform. gamma = 1 is uniform sampling.
+
+    Examples
+    --------
+    >>> q = proposal([0.0, 1.0, 2.0, 3.0], [0.1, 0.1, 0.9, 0.9], gamma=0.2)
+    >>> q.round(3).tolist(), float(q.sum())
+    ([0.35, 0.15, 0.15, 0.35], 1.0)
+    """
+    a = as_vector(activations_k, "activations_k")
+    chat = as_probabilities(concept_model_probs, "concept_model_probs", a.size)
+    gamma = _check_gamma(gamma)
+    n = a.size
+    abar = _standardise(a)
+    if abar is None:
+        raise ParameterError("the unit's activations are constant: its correlation with any concept is undefined")
+    chatbar = _standardise(chat)
+    weight = np.zeros(n) if chatbar is None else np.abs(abar * chatbar)
+    total = float(weight.sum())
+    model_part = weight / total if total > 0 else np.full(n, 1.0 / n)
+    q: Array = (1.0 - gamma) * model_part + gamma / n
+    return q
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which inputs raters see for each (unit, explanation) pair, and how to weight them.
+
+    `draws` has one row per draw (with replacement, so an input can appear more than once):
+    pair (index into `pairs`), draw (0..n-1), input, q (its proposal probability), weight
+    (1 / (N q)), abar (the unit's standardised activation there) and model (the concept
+    model's probability there). `pairs` has one row per pair: pair, unit, concept,
+    unit_name and explanation. A repeated input is shown to raters once and its label reused
+    (`inputs`). Plans round-trip through `write` and `read` (one parquet file).
+    """
+
+    draws: pl.DataFrame
+    pairs: pl.DataFrame
+    n_inputs: int
+    raters_per_input: int
+    sampling: str
+    gamma: float
+
+    def inputs(self) -> pl.DataFrame:
+        """The distinct (pair, input) to show raters, in first-drawn order."""
+        return self.draws.select("pair", "input").unique(maintain_order=True)
+
+    def ratings_needed(self) -> int:
+        """Ratings this plan asks for: raters_per_input per distinct (pair, input)."""
+        return self.raters_per_input * self.inputs().height
+
+    def tasks(self, batch_size: int = 20) -> pl.DataFrame:
+        """The task table for a crowdsourcing platform.
+
+        One row per distinct (pair, input); each pair's inputs are grouped into tasks of at
+        most `batch_size` inputs (one explanation per task), each to be shown to
+        `raters_per_input` raters. Columns: task, pair, unit, unit_name, concept,
+        explanation, input, raters.
+        """
+        batch_size = check_integer(batch_size, "batch_size", minimum=1)
+        shown = self.inputs().with_columns(pl.int_range(pl.len()).over("pair").alias("position"))
+        table = (
+            shown.with_columns((pl.col("position") // batch_size).alias("batch"))
+            .join(self.pairs, on="pair", how="left", maintain_order="left")
+            .with_columns(pl.lit(self.raters_per_input).alias("raters"))
+        )
+        task_ids = table.select("pair", "batch").unique(maintain_order=True).with_row_index("task")
+        return table.join(task_ids, on=["pair", "batch"], how="left", maintain_order="left").select(
+            pl.col("task").cast(pl.Int64), "pair", "unit", "unit_name", "concept", "explanation", "input", "raters"
+        )
+
+    def write(self, path: Any) -> Any:
+        """One parquet file holding the draws, the pairs and the plan's parameters."""
+        from ..files import write_atomic
+
+        return write_atomic(check_path(path), self._frame().write_parquet)
+
+    def _frame(self) -> pl.DataFrame:
+        meta = dict(
+            n_inputs=self.n_inputs, raters_per_input=self.raters_per_input, sampling=self.sampling, gamma=self.gamma
+        )
+        joined = self.draws.join(self.pairs, on="pair", how="left", maintain_order="left")
+        return joined.with_columns(*(pl.lit(v).alias(k) for k, v in meta.items()))
+
+    @staticmethod
+    def read(path: Any) -> Plan:
+        """A plan written by `Plan.write`."""
+        path = check_path(path)
+        try:
+            frame = pl.read_parquet(path)
+        except (OSError, pl.exceptions.PolarsError) as e:
+            raise SourceError(f"cannot read a plan from {path}: {e}") from e
+        _check_plan_frame(frame, path)
+        return Plan(
+            draws=frame.select("pair", "draw", "input", "q", "weight", "abar", "model"),
+            pairs=frame.select("pair", "unit", "concept", "unit_name", "explanation").unique(
+                "pair", maintain_order=True
+            ),
+            n_inputs=int(frame["n_inputs"][0]),
+            raters_per_input=int(frame["raters_per_input"][0]),
+            sampling=str(frame["sampling"][0]),
+            gamma=float(frame["gamma"][0]),
+        )
+
+
+#: A plan file's columns, by kind.
+_PLAN_COLUMNS = {
+    **dict.fromkeys(("pair", "draw", "input", "unit", "concept", "n_inputs", "raters_per_input"), "id"),
+    **dict.fromkeys(("q", "weight", "abar", "model", "gamma"), "number"),
+    **dict.fromkeys(("unit_name", "explanation", "sampling"), "text"),
+}
+
+
+def _check_plan_frame(frame: pl.DataFrame, path: Any) -> None:
+    """A plan file's columns, of their types with no missing value, and values a plan can hold."""
+    try:
+        check_columns(frame, "plan rows", _PLAN_COLUMNS)
+    except (ShapeError, LabelError) as e:
+        raise SourceError(f"{path} is not a neuroneval crowd plan: {e}") from e
+    n = frame["n_inputs"].max() if frame.height else 0
+    valid = [
+        frame.height > 0 and n >= 1 and frame["raters_per_input"].min() >= 1,  # type: ignore[operator]
+        frame["sampling"].is_in(["mgis", "uniform"]).all() and frame["gamma"].is_between(0, 1, closed="right").all(),
+        frame["input"].is_between(0, n - 1).all() and frame["q"].is_between(0.0, 1.0, closed="right").all(),  # type: ignore[operator]
+        (frame["weight"].is_finite() & (frame["weight"] > 0) & frame["abar"].is_finite()).all(),
+        frame["model"].is_between(0.0, 1.0).all(),
+    ]
+    if not all(valid):
+        raise SourceError(
+            f"{path} is not a neuroneval crowd plan: no rows, or values no plan holds (n_inputs, raters_per_input, "
+            "sampling, gamma, input, q, weight, abar or model)"
+        )
+
+
+def _check_plan(plan: Any) -> Plan:
+    if not isinstance(plan, Plan):
+        raise ParameterError(f"plan must be a crowd.Plan (from crowd.plan or Plan.read); got {type(plan).__name__}")
+    return plan
+
+
+def plan(
+    pairs: Any,
+    activations: Any,
+    concept_model: Any,
+    budget: int,
+    *,
+    raters_per_input: int = 3,
+    gamma: float = 0.2,
+    sampling: Sampling = "mgis",
+    seed: int = 0,
+    unit_names: Sequence[str] | None = None,
+    explanations: Sequence[str] | None = None,
+) -> Plan:
+    """Draw the inputs to rate for each (unit, explanation) pair.
+
+    Each pair gets budget // raters_per_input draws from its proposal (`proposal`, or uniform
+    with ``sampling="uniform"``), with replacement; repeated inputs are shown once, so a pair
+    never needs more than `budget` ratings. Each pair draws from its own seeded stream.
+
+    Parameters
+    ----------
+    pairs : array_like, shape (M, 2)
+        (unit, concept) indices into the columns of `activations` and `concept_model`.
+    activations : array_like, shape (N, K)
+        The units' activations over all N inputs (known: one forward pass).
+    concept_model : array_like, shape (N, T)
+        The cheap concept model's probability that each explanation holds for each input.
+    budget : int
+        Ratings per pair.
+    unit_names, explanations : sequence of str, optional
+        Names of the K units and texts of the T explanations, for the task table.
+    """
+    pair_array = as_pairs(pairs)
+    if pair_array.shape[0] == 0:
+        raise EmptyInputError("no (unit, concept) pair to plan")
+    a = as_matrix(activations, "activations")
+    chat = as_matrix(concept_model, "concept_model")
+    if a.shape[0] != chat.shape[0]:
+        raise ShapeError(f"activations have {a.shape[0]} inputs (rows) but concept_model has {chat.shape[0]}")
+    if a.shape[0] == 0:
+        raise EmptyInputError("activations and concept_model have no inputs (rows)")
+    n_units, n_concepts = a.shape[1], chat.shape[1]
+    check_pairs(pair_array, n_units, n_concepts)
+    raters_per_input = check_integer(raters_per_input, "raters_per_input", minimum=1)
+    budget = check_integer(budget, "budget", minimum=1)
+    if budget < raters_per_input:
+        raise ParameterError(
+            f"budget must be an integer of at least raters_per_input ({raters_per_input}); got {budget!r}"
+        )
+    if not isinstance(sampling, str) or sampling not in ("mgis", "uniform"):
+        raise ParameterError(f"sampling must be 'mgis' or 'uniform'; got {sampling!r}")
+    seed = check_seed(seed)
+    gamma = _check_gamma(gamma)
+    unit_names = check_names(unit_names, n_units, "unit_names")
+    explanations = check_names(explanations, n_concepts, "explanations")
+    n = a.shape[0]
+    n_draws = budget // raters_per_input
+    frames = []
+    for index, (k, t) in enumerate(pair_array):
+        unit = as_vector(a[:, k], f"activations column {k}")
+        model = as_probabilities(chat[:, t], f"concept_model column {t}")
+        abar = _standardise(unit)
+        if abar is None:
+            raise ParameterError(f"activations column {k} is constant: its correlation with any concept is undefined")
+        q = proposal(unit, model, gamma if sampling == "mgis" else 1.0)
+        rng = np.random.default_rng([seed, index])
+        drawn = rng.choice(n, size=n_draws, p=q)
+        frames.append(
+            pl.DataFrame(
+                {
+                    "pair": np.full(n_draws, index, dtype=np.int64),
+                    "draw": np.arange(n_draws, dtype=np.int64),
+                    "input": drawn.astype(np.int64),
+                    "q": q[drawn],
+                    "weight": 1.0 / (n * q[drawn]),
+                    "abar": abar[drawn],
+                    "model": model[drawn],
+                }
+            )
+        )
+    units, concepts = pair_array[:, 0], pair_array[:, 1]
+    pair_table = pl.DataFrame(
+        {
+            "pair": np.arange(pair_array.shape[0], dtype=np.int64),
+            "unit": units,
+            "concept": concepts,
+            "unit_name": [str(unit_names[k]) if unit_names is not None else f"unit {k}" for k in units],
+            "explanation": [str(explanations[t]) if explanations is not None else f"concept {t}" for t in concepts],
+        }
+    )
+    return Plan(pl.concat(frames), pair_table, n, raters_per_input, sampling, gamma)
