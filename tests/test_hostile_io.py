@@ -93,10 +93,11 @@ real = core.score_matrix
 scored = []
 def slow(*args, **kwargs):
     scored.append(1)
-    time.sleep(0.03)
+    time.sleep(0.05)
     return real(*args, **kwargs)
 core.score_matrix = slow
 acts, conc, out, go = sys.argv[1:5]
+open(f"{{go}}.ready-{{os.getpid()}}", "w").close()
 while not os.path.exists(go):
     time.sleep(0.001)
 start = time.monotonic()
@@ -120,7 +121,10 @@ def test_two_runs_on_one_output(tmp_path: Path, files: dict[str, Path]) -> None:
         go = tmp_path / f"go-{trial}"
         args = [sys.executable, "-c", script, files["acts"], files["concepts"], out, go]
         children = [subprocess.Popen([str(a) for a in args], stdout=subprocess.PIPE, text=True) for _ in range(2)]
-        time.sleep(0.3)  # both children are importing or waiting at the go-file
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob(f"{go.name}.ready-*"))) < 2:  # both imported, both waiting
+            assert time.monotonic() < deadline and all(c.poll() is None for c in children)
+            time.sleep(0.005)
         go.touch()
         outcomes = []
         for child in children:

@@ -283,6 +283,11 @@ def acquire_output_lock(out: str | os.PathLike[str]) -> OutputLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
             holder = _holder_of(fd)
+            for _ in range(20):  # the holder writes its name just after taking the lock
+                if holder is not None:
+                    break
+                time.sleep(0.005)
+                holder = _holder_of(fd)
             os.close(fd)
             if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                 raise OutputWriteError(f"cannot lock {path}: {_reason(e)}") from e
