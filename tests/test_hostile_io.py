@@ -903,3 +903,33 @@ def test_every_command_refuses_an_output_that_is_an_input(
     assert out == ""
     assert_one_line_error(code, err, 2, "is also an input")
     assert (tmp_path / target).read_text() == f"the input {target}"
+
+
+@pytest.mark.parametrize(
+    "kw, cls, fragment",
+    [
+        ({"unit_names": np.array("u")}, errors.SourceError, "unit_names must be a sequence"),
+        ({"concept_names": np.array(3)}, errors.SourceError, "concept_names must be a sequence"),
+        ({"metrics": np.array("auprc")}, errors.UnknownMetricError, "metrics must be"),
+        ({"metrics": 5}, errors.UnknownMetricError, "metrics must be"),
+        ({"metrics": [["auprc"]]}, errors.UnknownMetricError, "unknown metric"),
+        ({"scratch": True}, errors.ParameterError, "scratch"),
+        ({"scratch": b"/tmp"}, errors.ParameterError, "scratch"),
+    ],
+)
+def test_evaluate_arguments_by_type(kw: dict[str, Any], cls: type[Exception], fragment: str) -> None:
+    a, c = data(n=40, k=3, t=2)
+    check(lambda: neuroneval.evaluate(a, c, **{"metrics": METRICS, **kw}, progress=False), cls, fragment)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "int32", "uint8"])
+def test_pair_tensors(dtype: str) -> None:
+    """Pairs as tensors of any real dtype: whole values are the same pairs, never truncated."""
+    assert torch is not None
+    a, c = data(n=40, k=3, t=2)
+    pairs = torch.tensor([[2, 1], [0, 0]]).to(getattr(torch, dtype))
+    got = neuroneval.compute(a, c, ["auprc"], pairs=pairs)["auprc"]
+    full = neuroneval.compute(a, c, ["auprc"])["auprc"]
+    assert got.tolist() == [full[2, 1], full[0, 0]]
+    if pairs.is_floating_point():
+        check(lambda: neuroneval.compute(a, c, ["auprc"], pairs=pairs + 0.5), errors.DTypeError, "found 2.5")

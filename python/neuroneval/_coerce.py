@@ -200,7 +200,10 @@ def check_real(value: Any, name: str, *, finite: bool = True) -> float:
 def as_pairs(pairs: Any) -> npt.NDArray[np.int64]:
     """An (M, 2) int64 array of (unit, concept) indices: integer dtypes only (a float index
     is refused, not truncated), every index within int64."""
-    arr = np.asarray(pairs.detach().cpu().numpy()) if is_torch_tensor(pairs) else _as_array(pairs, "pairs")
+    if is_torch_tensor(pairs) and not (pairs.is_floating_point() or pairs.is_complex()):
+        arr = np.asarray(pairs.detach().cpu().numpy())  # integer indices stay integers
+    else:
+        arr = _as_array(pairs, "pairs")
     if arr.size == 0:
         arr = arr.reshape(0, 2)
     if arr.ndim != 2 or arr.shape[1] != 2:

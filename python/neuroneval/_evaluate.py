@@ -146,6 +146,8 @@ def evaluate(
     params = ScoreParams(alpha=alpha, lam=lam, k=k, top_alpha=top_alpha, seed=seed)
     plan = plan_run(activations, concepts, metrics, params, keep, block_units, unit_names, concept_names)
     report = Progress(progress)
+    if scratch is not None and not isinstance(scratch, (str, os.PathLike)):
+        raise ParameterError(f"scratch must be a directory's path; got {scratch!r}")
     if scratch is not None and not Path(scratch).is_dir():
         raise ParameterError(f"the scratch directory {scratch} does not exist (or is not a directory)")
 

@@ -138,7 +138,7 @@ def split_units(n_units: int, validation: float = 0.05, seed: int = 0) -> tuple[
     (2, 38, True)
     """
     try:
-        n = check_integer(n_units, "n_units", minimum=2)
+        n = check_integer(n_units, "n_units", minimum=2, maximum=np.iinfo(np.int64).max)
     except ParameterError as e:  # not a number of units at all, or too few: nothing to split
         raise EmptyInputError(f"a validation/test split needs at least 2 units: {e}") from e
     fraction = check_between(validation, "validation", 0.0, 1.0)

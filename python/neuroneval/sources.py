@@ -343,11 +343,13 @@ def read_names(x: str | os.PathLike[str] | Sequence[str] | None, count: int, wha
 def _name_list(x: Any, what: str) -> list[str]:
     """Names from a sequence: each a string or an integer (written as text); anything else
     (a float, None, a nested list) is refused rather than turned into text."""
+    wrong = SourceError(f"{what} must be a sequence of names (or a file of one name per line); got {type(x).__name__}")
     if isinstance(x, (bytes, dict, set)) or not hasattr(x, "__iter__"):
-        raise SourceError(
-            f"{what} must be a sequence of names (or a file of one name per line); got {type(x).__name__}"
-        )
-    names = list(x)
+        raise wrong
+    try:
+        names = list(x)
+    except TypeError:  # a 0-d array claims to be iterable
+        raise wrong from None
     for i, n in enumerate(names):
         if not isinstance(n, (str, np.str_, int, np.integer)) or isinstance(n, (bool, np.bool_)):
             raise SourceError(f"{what} entry {i} is {n!r}; names must be strings")

@@ -264,7 +264,8 @@ def plan(
     n_units, n_concepts = a.shape[1], chat.shape[1]
     check_pairs(pair_array, n_units, n_concepts)
     raters_per_input = check_integer(raters_per_input, "raters_per_input", minimum=1)
-    budget = check_integer(budget, "budget", minimum=1)
+    # At most 2^53: ratings are counted in float64, exactly.
+    budget = check_integer(budget, "budget", minimum=1, maximum=2**53)
     if budget < raters_per_input:
         raise ParameterError(
             f"budget must be an integer of at least raters_per_input ({raters_per_input}); got {budget!r}"
