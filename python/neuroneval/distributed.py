@@ -136,42 +136,27 @@ def evaluate(
         ray = _import_ray()
         work = partial_dir(out)
         done = _evaluate.open_state(work, plan.state(), restart, report)
+        shared = _Shared(
+            names=plan.names,
+            params=plan.params,
+            top=plan.top,
+            conc=plan.conc.in_memory(),
+            bounds=plan.bounds,
+            acts=None if _path_of(plan.acts) else plan.acts.in_memory(),
+            path=_path_of(plan.acts),
+            unit_names=plan.acts.names,
+            shape=plan.acts.shape,
+            dtype=str(plan.acts.dtype),
+            work=str(work),
+            run=uuid.uuid4().hex,
+        )
+        todo = [i for i in range(len(plan.bounds)) if i not in done]
         with _evaluate.record_failure(work):
-            _run_plan(ray, plan, work, done, address, num_cpus, cpus_per_task, max_retries, report)
+            if todo:
+                _run_tasks(ray, shared, todo, len(plan.bounds), address, num_cpus, cpus_per_task, max_retries, report)
         _evaluate.merge_parts(work, len(plan.bounds), out)
         shutil.rmtree(work, ignore_errors=True)
     return out
-
-
-def _run_plan(
-    ray: Any,
-    plan: _evaluate.Plan,
-    work: Path,
-    done: set[int],
-    address: str | None,
-    num_cpus: int | None,
-    cpus_per_task: int,
-    max_retries: int,
-    report: Progress,
-) -> None:
-    """The blocks of `plan` not in `done`, as Ray tasks writing their parts into `work`."""
-    shared = _Shared(
-        names=plan.names,
-        params=plan.params,
-        top=plan.top,
-        conc=plan.conc.in_memory(),
-        bounds=plan.bounds,
-        acts=None if _path_of(plan.acts) else plan.acts.in_memory(),
-        path=_path_of(plan.acts),
-        unit_names=plan.acts.names,
-        shape=plan.acts.shape,
-        dtype=str(plan.acts.dtype),
-        work=str(work),
-        run=uuid.uuid4().hex,
-    )
-    todo = [i for i in range(len(plan.bounds)) if i not in done]
-    if todo:
-        _run_tasks(ray, shared, todo, len(plan.bounds), address, num_cpus, cpus_per_task, max_retries, report)
 
 
 def _run_tasks(
