@@ -933,3 +933,19 @@ def test_pair_tensors(dtype: str) -> None:
     assert got.tolist() == [full[2, 1], full[0, 0]]
     if pairs.is_floating_point():
         check(lambda: neuroneval.compute(a, c, ["auprc"], pairs=pairs + 0.5), errors.DTypeError, "found 2.5")
+
+
+def test_too_many_threads_in_the_cli(files: dict[str, Path], tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """More threads than CPUs: capped, said in one line, and the scores are the same."""
+    out = tmp_path / "o.parquet"
+    argv = ["score", files["acts"], files["concepts"], "--out", out, "--metrics", "auprc", "--quiet"]
+    # A value no other test of this process asks for: the core warns once per value.
+    code, _, err = run([*argv, "--threads", 123_457], capfd)
+    assert code == 0
+    assert err.splitlines() == [
+        f"neuroneval: warning: NEURONEVAL_NUM_THREADS=123457 exceeds the {neuroneval.num_threads()} CPUs "
+        f"of this machine; using {neuroneval.num_threads()}"
+    ]
+    assert_frame_equal(
+        pl.read_parquet(out), neuroneval.evaluate(files["acts"], files["concepts"], ["auprc"], progress=False)
+    )

@@ -39,7 +39,8 @@ __version__ = "0.1.0"
 
 
 def num_threads() -> int:
-    """Threads the next call will use: `NEURONEVAL_NUM_THREADS`, else the CPU count."""
+    """Threads the next call will use: `NEURONEVAL_NUM_THREADS` (capped at the CPU count,
+    with a `RuntimeWarning` when it asks for more), else the CPU count."""
     from . import _core
 
     return int(_core.num_threads())

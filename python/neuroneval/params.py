@@ -12,12 +12,12 @@ ScoreParams(alpha=0.01, lam=1.0, k=25, top_alpha=0.002, seed=0)
 >>> ScoreParams(k=0)
 Traceback (most recent call last):
 ...
-neuroneval.errors.ParameterError: invalid parameter k = 0: k must be an integer >= 1
+neuroneval.errors.ParameterError: invalid parameter k = 0: k must be an integer in [1, 2^64)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from ._core import ScoreParams
 from ._registry import METRICS
@@ -42,10 +42,18 @@ def metric_list(metrics: str | Sequence[str] | None) -> list[str]:
     """
     if metrics is None:
         return list(METRICS)
-    names = [metrics] if isinstance(metrics, str) else list(metrics)
+    if isinstance(metrics, str):
+        names = [metrics]
+    elif isinstance(metrics, bytes) or not isinstance(metrics, Iterable):
+        raise UnknownMetricError(f"metrics must be a metric name or a sequence of names; got {metrics!r}")
+    else:
+        try:
+            names = list(metrics)
+        except TypeError:  # a 0-d array claims to be iterable
+            raise UnknownMetricError(f"metrics must be a metric name or a sequence of names; got {metrics!r}") from None
     if not names:
         raise EmptyInputError("no metric was requested")
     for n in names:
-        if n not in METRICS:
+        if not isinstance(n, str) or n not in METRICS:
             raise UnknownMetricError(f"unknown metric {n!r}; known metrics: {', '.join(METRICS)}")
     return names

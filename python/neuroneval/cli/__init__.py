@@ -106,6 +106,7 @@ Exit codes
 from __future__ import annotations
 
 import argparse
+import warnings
 
 from neuroneval import __version__
 from neuroneval.errors import NeuronEvalError
@@ -131,8 +132,11 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     command: Command = args.command
     try:
-        check_outputs(args)
-        return command(args)
+        with warnings.catch_warnings():
+            # A library warning (threads capped at the CPU count, ...) is one line too.
+            warnings.showwarning = lambda message, *_, **__: print_error(f"warning: {one_line(message)}")
+            check_outputs(args)
+            return command(args)
     except KeyboardInterrupt:
         resumes = getattr(args, "resumes", False)
         print_error("interrupted; run the same command again to resume" if resumes else "interrupted")

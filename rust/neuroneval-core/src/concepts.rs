@@ -8,15 +8,24 @@ use rayon::prelude::*;
 
 use crate::error::{CoreError, Result};
 use crate::metric::Needs;
-use crate::numeric::robust_norm;
+use crate::numeric::{magnitude_scale, robust_norm};
 use crate::ranks::rank;
 use crate::source::MatrixSource;
 
 /// Above this fraction of nonzero concept entries, products run as dense matrix products.
 pub const DENSE_PRODUCT_DENSITY: f64 = 0.05;
 
-/// Concepts processed together when transposing the input.
-const CONCEPT_BLOCK: usize = 256;
+/// Concepts processed together when transposing the input: 256, and fewer (down to 8, a
+/// cache line of a row-major row) when there are few concepts, so that every thread of
+/// several gets about two blocks. Each column is built from its own values alone, so the
+/// blocks change no result.
+fn concept_block(n_concepts: usize, threads: usize) -> usize {
+    const MOST: usize = 256;
+    match threads {
+        0 | 1 => MOST,
+        _ => n_concepts.div_ceil(2 * threads).clamp(8, MOST),
+    }
+}
 
 /// One concept column c_t.
 #[derive(Debug, Clone, Default)]
@@ -34,11 +43,15 @@ pub struct ConceptColumn {
     /// Number of inputs with c == 0, and their midrank (n_zero + 1) / 2.
     pub n_zero: usize,
     pub zero_rank: f64,
+    /// The power of two the moments below are of c * `scale` ([`magnitude_scale`]): 1
+    /// unless every value is tiny (say 1e-310), when products with c would lose bits.
+    pub scale: f64,
+    /// sum and mean of c * scale.
     pub sum: f64,
     pub mean: f64,
-    /// ||c - mean||, exactly 0 for a constant column.
+    /// ||c * scale - mean||, exactly 0 for a constant column.
     pub centred_norm: f64,
-    /// ||c||.
+    /// ||c * scale||.
     pub norm: f64,
     /// ||rank - (N+1)/2||, exactly 0 for a constant column.
     pub rank_centred_norm: f64,
@@ -70,9 +83,12 @@ impl ConceptColumn {
         let nnz = col.nz_index.len();
         col.n_zero = n - nnz;
         col.zero_rank = (col.n_zero as f64 + 1.0) / 2.0;
-        col.sum = col.nz_value.iter().sum();
+        // (values are > 0: the largest is the largest magnitude)
+        col.scale = magnitude_scale(col.nz_value.iter().fold(0.0, |m: f64, &v| m.max(v)));
+        let scale = col.scale;
+        col.sum = col.nz_value.iter().map(|v| v * scale).sum();
         col.mean = col.sum / n as f64;
-        col.norm = robust_norm(col.nz_value.iter().copied(), 0.0, 0);
+        col.norm = robust_norm(col.nz_value.iter().map(|v| v * scale), 0.0, 0);
 
         if with_ranks {
             // Ranks among the nonzero entries, shifted above the zero group.
@@ -87,7 +103,8 @@ impl ConceptColumn {
             nnz == 0 || (col.n_zero == 0 && col.nz_value.iter().all(|&v| v == col.nz_value[0]));
         if !constant {
             let m = col.mean;
-            col.centred_norm = robust_norm(col.nz_value.iter().map(|v| v - m), -m, col.n_zero);
+            col.centred_norm =
+                robust_norm(col.nz_value.iter().map(|v| v * scale - m), -m, col.n_zero);
             if with_ranks {
                 let mid = (n as f64 + 1.0) / 2.0;
                 col.rank_centred_norm = robust_norm(
@@ -140,6 +157,9 @@ pub struct RowIndex {
     pub ptr: Vec<usize>,
     pub concept: Vec<u32>,
     pub value: Vec<f64>,
+    /// value * the column's scale, kept only when some column's scale is not 1 (see
+    /// [`RowIndex::product_values`]).
+    scaled_value: Vec<f64>,
     pub rank: Vec<f64>,
     pub rank_above_zero: Vec<f64>,
     pub at_least: Vec<u32>,
@@ -170,9 +190,11 @@ impl RowIndex {
         let nnz = ptr[n];
         let ranked = if with_ranks { nnz } else { 0 };
         let mut next = ptr.clone();
+        let scaled = columns.iter().any(|c| c.scale != 1.0);
         let mut r = RowIndex {
             concept: vec![0; nnz],
             value: vec![0.0; nnz],
+            scaled_value: vec![0.0; if scaled { nnz } else { 0 }],
             rank: vec![0.0; ranked],
             rank_above_zero: vec![0.0; ranked],
             at_least: vec![0; ranked],
@@ -184,6 +206,9 @@ impl RowIndex {
                 next[i as usize] += 1;
                 r.concept[e] = t as u32;
                 r.value[e] = col.nz_value[j];
+                if scaled {
+                    r.scaled_value[e] = col.nz_value[j] * col.scale;
+                }
                 if with_ranks {
                     r.rank[e] = col.nz_rank[j];
                     r.rank_above_zero[e] = col.nz_rank[j] - col.zero_rank;
@@ -193,6 +218,16 @@ impl RowIndex {
         }
         r.ptr = ptr;
         r
+    }
+
+    /// The values that products read: each times its column's scale, as the column's
+    /// moments are (the values themselves when every scale is 1).
+    pub fn product_values(&self) -> &[f64] {
+        if self.scaled_value.is_empty() {
+            &self.value
+        } else {
+            &self.scaled_value
+        }
     }
 }
 
@@ -213,7 +248,7 @@ impl LabelIndex {
 
 #[derive(Debug)]
 pub struct DenseConcepts {
-    /// Concept t's values at t*N .. (t+1)*N.
+    /// Concept t's values times its scale at t*N .. (t+1)*N.
     pub values: Vec<f64>,
     /// Concept t's midranks minus (N+1)/2, same layout.
     pub centred_ranks: Vec<f64>,
@@ -252,14 +287,14 @@ impl ConceptSet {
         }
         // One pass over the rows per block of concepts: keep the nonzeros, then validate.
         let built: Vec<Result<Vec<ConceptColumn>>> = selected
-            .par_chunks(CONCEPT_BLOCK)
+            .par_chunks(concept_block(selected.len(), rayon::current_num_threads()))
             .map(|block| {
                 let mut index: Vec<Vec<u32>> = vec![Vec::new(); block.len()];
                 let mut value: Vec<Vec<f64>> = vec![Vec::new(); block.len()];
                 concepts.nonzeros_into(block, &mut index, &mut value);
                 first_bad_value(block, &index, &value)?;
                 Ok(index
-                    .into_iter()
+                    .into_par_iter()
                     .zip(value)
                     .map(|(idx, val)| ConceptColumn::from_nonzeros(n, idx, val, with_ranks))
                     .collect())
@@ -318,7 +353,7 @@ impl ConceptSet {
             Err(CoreError::Parameter {
                 name: "metrics",
                 value: "a list other than the concepts were prepared for".into(),
-                reason: "prepare the concepts with the same metrics as the scoring call",
+                reason: "prepare the concepts with the same metrics as the scoring call".into(),
             })
         }
     }
@@ -345,7 +380,7 @@ impl DenseConcepts {
                 .zip(columns.par_iter())
                 .for_each(|(v, col)| {
                     for (&i, &x) in col.nz_index.iter().zip(&col.nz_value) {
-                        v[i as usize] = x;
+                        v[i as usize] = x * col.scale;
                     }
                 });
         }

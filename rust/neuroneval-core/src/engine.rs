@@ -15,11 +15,22 @@ use crate::source::MatrixSource;
 use crate::sweep::{self, WalkLabels};
 use crate::unit::UnitProfile;
 
-/// Units transformed and multiplied together: 32, fewer when N is so large that 32 units'
-/// transforms would take more than a few hundred megabytes. It depends on N only, never on
-/// the threads, so every output value is computed by the same sequence of operations.
-pub fn unit_block(n_inputs: usize) -> usize {
-    (8_000_000 / n_inputs.max(1)).clamp(4, 32)
+/// Units transformed and multiplied together: at most 32 ([`crate::gemm::MAX_ROWS`]), fewer
+/// when N is so large that 32 units' transforms would take more than a few hundred
+/// megabytes, and fewer when there are few units, so that every thread of several gets
+/// about two blocks (20 units on 2 threads: 4 blocks of 5, not one block on one thread).
+/// Every sum
+/// of one (unit, concept) runs over that unit alone in a fixed order, and the dense
+/// product gives a row the same bits whatever the block ([`crate::gemm::at_b`]), so no
+/// output value depends on the block size, hence on the threads.
+pub fn unit_block(n_inputs: usize, n_units: usize, threads: usize) -> usize {
+    let by_memory = (8_000_000 / n_inputs.max(1)).clamp(4, crate::gemm::MAX_ROWS);
+    // (one thread gains nothing from more blocks)
+    let by_threads = match threads {
+        0 | 1 => n_units,
+        _ => n_units.div_ceil(2 * threads),
+    };
+    by_memory.min(by_threads.max(1))
 }
 
 /// Scores in metric order: `values[m][k * T + t]` for a matrix call, `values[m][p]` for pairs.
@@ -106,7 +117,7 @@ fn score_checked(
     let needs = Needs::of(metrics);
     let k = activations.cols();
     let t = concepts.len();
-    let block = unit_block(concepts.n_inputs);
+    let block = unit_block(concepts.n_inputs, k, rayon::current_num_threads());
 
     let mut outputs: Scores = metrics.iter().map(|_| vec![0.0; k * t]).collect();
     // Per block, one mutable slice of each metric's output.
@@ -481,4 +492,20 @@ pub fn score_pairs(
         }
     }
     Ok(outputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn few_units_make_about_two_blocks_per_thread() {
+        assert_eq!(unit_block(200_000, 20, 2), 5);
+        assert_eq!(unit_block(200_000, 20, 1), 20);
+        assert_eq!(unit_block(200_000, 20, 16), 1);
+        assert_eq!(unit_block(1000, 1, 4), 1);
+        // many units: the largest block; huge N: fewer units per block
+        assert_eq!(unit_block(1000, 100_000, 8), 32);
+        assert_eq!(unit_block(4_000_000, 100_000, 8), 4);
+    }
 }

@@ -1,5 +1,7 @@
 //! The one error type of the core. Every message names the input at fault so a user can act on it.
 
+use std::borrow::Cow;
+
 use thiserror::Error;
 
 /// Everything that can go wrong in the core. None of these is a panic: bad input is reported.
@@ -26,12 +28,14 @@ pub enum CoreError {
         column: usize,
         value: f64,
     },
-    /// A parameter outside its domain (alpha, lambda, k, ...).
+    /// A parameter outside its domain (alpha, lambda, k, ...), or of the wrong type.
     #[error("invalid parameter {name} = {value}: {reason}")]
     Parameter {
         name: &'static str,
         value: String,
-        reason: &'static str,
+        /// The parameter's rule (its domain), and what was wrong with the value if the rule
+        /// alone does not say.
+        reason: Cow<'static, str>,
     },
     /// A (unit, concept) pair that indexes outside the matrices.
     #[error("pair {index} = ({unit}, {concept}) is out of range: there are {units} units and {concepts} concepts")]

@@ -241,9 +241,9 @@ impl Needs {
     }
 }
 
-/// Parameters shared by all metrics of one call. Every range rule of them lives in
-/// [`Params::validate`] (and the integer domains of `k` and `seed` in [`K_RULE`] and
-/// [`SEED_RULE`], which a binding reports when a value does not fit the field's type).
+/// Parameters shared by all metrics of one call. Every rule of them lives here: the ranges
+/// in [`Params::validate`], and the domain of each, as its errors state it, in
+/// [`Params::RULES`] (which a binding also reports when a value has the wrong type).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Params {
     /// Top-alpha fraction for binarising a unit (SPEC section 2).
@@ -270,47 +270,96 @@ impl Default for Params {
     }
 }
 
-/// The domain of `k`, the samples per half of the top-random subset.
-pub const K_RULE: &str = "k must be an integer >= 1";
-/// The domain of `seed`: any 64-bit unsigned integer.
-pub const SEED_RULE: &str = "seed must be an integer in [0, 2^64)";
-/// The domain of `lam`, wpmi's lambda.
-pub const LAMBDA_RULE: &str = "lam (wpmi's lambda) must be a finite number >= 0";
+/// What kind of number a parameter is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamKind {
+    /// A real number (not a bool, a string or a complex number).
+    Real,
+    /// An integer (not a bool or a float, even a whole one).
+    Integer,
+}
+
+/// One parameter as users pass it: its name, its kind and its domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParamRule {
+    pub name: &'static str,
+    pub kind: ParamKind,
+    /// The domain, as a sentence that starts with the name.
+    pub rule: &'static str,
+}
+
+impl ParamRule {
+    /// The error for `value` (as the user wrote it), outside the domain.
+    pub fn error(&self, value: String) -> CoreError {
+        CoreError::Parameter {
+            name: self.name,
+            value,
+            reason: self.rule.into(),
+        }
+    }
+}
 
 impl Params {
+    /// alpha, lam, k, top_alpha and seed, in the order users pass them.
+    pub const RULES: [ParamRule; 5] = [
+        ParamRule {
+            name: "alpha",
+            kind: ParamKind::Real,
+            rule: "alpha must be a real number with 0 < alpha <= 1",
+        },
+        ParamRule {
+            name: "lam",
+            kind: ParamKind::Real,
+            rule: "lam (wpmi's lambda) must be a finite real number >= 0",
+        },
+        ParamRule {
+            name: "k",
+            kind: ParamKind::Integer,
+            rule: "k must be an integer in [1, 2^64)",
+        },
+        ParamRule {
+            name: "top_alpha",
+            kind: ParamKind::Real,
+            rule: "top_alpha must be a real number with 0 < top_alpha <= 1",
+        },
+        ParamRule {
+            name: "seed",
+            kind: ParamKind::Integer,
+            rule: "seed must be an integer in [0, 2^64)",
+        },
+    ];
+
+    /// The rule of the parameter users call `name`.
+    pub fn rule(name: &str) -> Option<&'static ParamRule> {
+        Params::RULES.iter().find(|r| r.name == name)
+    }
+
+    fn rule_of(name: &str) -> &'static ParamRule {
+        Params::rule(name).expect("every field has a rule")
+    }
+
     /// Checks every parameter's range; the one home of these rules. Errors name the
     /// parameters as users pass them (alpha, lam, k, top_alpha, seed).
     pub fn validate(&self) -> Result<()> {
-        check_fraction("alpha", self.alpha)?;
-        check_fraction("top_alpha", self.top_random_alpha)?;
+        check_fraction(Params::rule_of("alpha"), self.alpha)?;
+        check_fraction(Params::rule_of("top_alpha"), self.top_random_alpha)?;
         if !(self.lambda.is_finite() && self.lambda >= 0.0) {
-            return Err(CoreError::Parameter {
-                name: "lam",
-                value: self.lambda.to_string(),
-                reason: LAMBDA_RULE,
-            });
+            return Err(Params::rule_of("lam").error(self.lambda.to_string()));
         }
         if self.top_random_k == 0 {
-            return Err(CoreError::Parameter {
-                name: "k",
-                value: "0".into(),
-                reason: K_RULE,
-            });
+            return Err(Params::rule_of("k").error("0".into()));
         }
+        // seed: every u64 is in its domain
         Ok(())
     }
 }
 
 /// Checks 0 < value <= 1, the domain of every alpha.
-pub fn check_fraction(name: &'static str, value: f64) -> Result<()> {
+fn check_fraction(rule: &ParamRule, value: f64) -> Result<()> {
     if value > 0.0 && value <= 1.0 {
         Ok(())
     } else {
-        Err(CoreError::Parameter {
-            name,
-            value: value.to_string(),
-            reason: "must satisfy 0 < alpha <= 1",
-        })
+        Err(rule.error(value.to_string()))
     }
 }
 

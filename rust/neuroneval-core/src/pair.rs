@@ -6,7 +6,7 @@
 use crate::concepts::ConceptColumn;
 use crate::error::{CoreError, Result};
 use crate::metric::{harmonic, Metric, Needs, Params};
-use crate::numeric::robust_norm;
+use crate::numeric::{magnitude_scale, robust_norm};
 use crate::ranks::{
     ap_from_group_sizes, ap_with_tail, auc_from_rank_sum, finish_ap, group_weight, rank,
 };
@@ -153,9 +153,11 @@ struct PairStats {
     concept: Moments,
 }
 
-/// What the metrics read of one side (a unit or a concept) on its own.
+/// What the metrics read of one side (a unit or a concept) on its own. The moments are of
+/// the values times `scale` (a power of two, 1 for ordinary values), as the products are.
 #[derive(Clone, Copy, Debug, Default)]
 struct Moments {
+    scale: f64,
     mean: f64,
     /// sum (x - mean x): 0 up to rounding
     centred_sum: f64,
@@ -168,6 +170,7 @@ struct Moments {
 impl Moments {
     fn of_unit(unit: &UnitProfile) -> Moments {
         Moments {
+            scale: unit.scale,
             mean: unit.mean,
             centred_sum: unit.centred_sum,
             norm: unit.norm,
@@ -178,6 +181,7 @@ impl Moments {
 
     fn of_concept(col: &ConceptColumn) -> Moments {
         Moments {
+            scale: col.scale,
             mean: col.mean,
             centred_sum: 0.0,
             norm: col.norm,
@@ -217,17 +221,24 @@ fn ratio(a: f64, b: f64) -> f64 {
 }
 
 /// Pearson r of two equally long vectors (centred first), clipped to [-1, 1]; NaN when
-/// either is constant.
+/// either is constant. Each vector is first multiplied by its [`magnitude_scale`] (1 for
+/// ordinary values), so tiny and huge values keep every bit.
 pub fn pearson(x: &[f64], y: &[f64]) -> f64 {
     if x.iter().all(|&v| v == x[0]) || y.iter().all(|&v| v == y[0]) {
         return f64::NAN;
     }
+    let scale_of = |v: &[f64]| magnitude_scale(v.iter().fold(0.0f64, |m, x| m.max(x.abs())));
+    let (sx, sy) = (scale_of(x), scale_of(y));
     let n = x.len() as f64;
-    let mx = x.iter().sum::<f64>() / n;
-    let my = y.iter().sum::<f64>() / n;
-    let sxy: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
-    let nx = robust_norm(x.iter().map(|v| v - mx), 0.0, 0);
-    let ny = robust_norm(y.iter().map(|v| v - my), 0.0, 0);
+    let mx = x.iter().map(|v| v * sx).sum::<f64>() / n;
+    let my = y.iter().map(|v| v * sy).sum::<f64>() / n;
+    let sxy: f64 = x
+        .iter()
+        .zip(y)
+        .map(|(a, b)| (a * sx - mx) * (b * sy - my))
+        .sum();
+    let nx = robust_norm(x.iter().map(|v| v * sx - mx), 0.0, 0);
+    let ny = robust_norm(y.iter().map(|v| v * sy - my), 0.0, 0);
     correlation_from(sxy, nx, ny)
 }
 
@@ -368,13 +379,13 @@ pub fn clipped_log(v: f64) -> f64 {
 }
 
 /// The all-input sums from the concept's nonzero entries (zeros contribute nothing once
-/// the unit side is centred).
+/// the unit side is centred), both sides times their magnitude scales.
 fn sparse_products(unit: &UnitProfile, col: &ConceptColumn, needs: &Needs) -> Products {
     let mut p = Products::default();
     if needs.products {
         let mut raw = 0.0;
         for (&i, &v) in col.nz_index.iter().zip(&col.nz_value) {
-            raw += unit.centred[i as usize] * v;
+            raw += unit.centred[i as usize] * (v * col.scale);
         }
         p = Products::from_centred(raw, 0.0, unit, col);
     }
@@ -423,13 +434,15 @@ fn value(m: Metric, s: &PairStats, params: &Params) -> f64 {
             if col.mean == 0.0 {
                 f64::NAN
             } else {
-                s.fwd.log_sum / s.nb - params.lambda * col.mean.ln()
+                s.fwd.log_sum / s.nb - params.lambda * (col.mean / col.scale).ln()
             }
         }
+        // in units of a * scale, divided back
         Mad => nan_if_degenerate(
             s.ny,
             s.n,
-            s.inv.centred_sum / s.ny - (unit.centred_sum - s.inv.centred_sum) / (s.n - s.ny),
+            (s.inv.centred_sum / s.ny - (unit.centred_sum - s.inv.centred_sum) / (s.n - s.ny))
+                / unit.scale,
         ),
         CorrelationTopRandom => s.top_random_corr,
         SpearmanTopRandom => s.top_random_spearman,
@@ -470,7 +483,8 @@ impl Table {
             return Err(CoreError::Parameter {
                 name: "table",
                 value: format!("(n={n}, n11={n11}, n10={n10}, n01={n01})"),
-                reason: "counts must be whole numbers >= 0 with n >= 1 and n11 + n10 + n01 <= n",
+                reason: "counts must be whole numbers >= 0 with n >= 1 and n11 + n10 + n01 <= n"
+                    .into(),
             });
         }
         Ok(Table {
@@ -500,6 +514,7 @@ impl Table {
             // the centred norm of a 0/1 vector: sqrt(ones (1 - mean)^2 + (n - ones) mean^2)
             let centred_norm = (ones * (n - ones) / n).sqrt();
             Moments {
+                scale: 1.0,
                 mean,
                 centred_sum: 0.0,
                 norm: ones.sqrt(),
@@ -565,7 +580,8 @@ pub fn table_scores(tables: &[Table], metrics: &[Metric], lambda: f64) -> Result
             return Err(CoreError::Parameter {
                 name: "metrics",
                 value: m.name().to_string(),
-                reason: "a top-random metric draws a subset: it is not a function of the 2x2 table",
+                reason: "a top-random metric draws a subset: it is not a function of the 2x2 table"
+                    .into(),
             });
         }
     }

@@ -286,7 +286,7 @@ pub fn products(
         let end = (start + PRODUCT_TILE).min(n);
         if needs.products {
             fill_tile(&mut tile, units.iter().map(|u| &u.centred[start..end]));
-            scatter(&mut raw, nu, &tile, rows, start..end, &rows.value);
+            scatter(&mut raw, nu, &tile, rows, start..end, rows.product_values());
         }
         if needs.rank_products {
             fill_tile(&mut tile, units.iter().map(|u| &u.centred_rank[start..end]));
@@ -444,12 +444,13 @@ pub fn products_sparse(
 ) -> Vec<Products> {
     let t = set.len();
     let (mut raw, mut rank_cov) = (vec![0.0; t], vec![0.0; t]);
+    let values = rows.product_values();
     for (e, &i) in sp.rows.iter().enumerate() {
         let entries = rows.ptr[i as usize]..rows.ptr[i as usize + 1];
         if needs.products {
-            let a = sp.values[e];
+            let a = sp.values[e] * unit.scale;
             for j in entries.clone() {
-                raw[rows.concept[j] as usize] += a * rows.value[j];
+                raw[rows.concept[j] as usize] += a * values[j];
             }
         }
         if needs.rank_products {
@@ -487,7 +488,7 @@ pub fn inverse_sparse(
     let mut in_entries = vec![0u32; t];
     for (e, &i) in sp.rows.iter().enumerate() {
         let list = &labels.concept[labels.ptr[i as usize]..labels.ptr[i as usize + 1]];
-        let a = sp.values[e];
+        let a = sp.values[e] * unit.scale;
         let r = if needs.order {
             sp.centred_rank[e] + mid
         } else {

@@ -1,7 +1,10 @@
 //! Per-unit transforms: computed once per unit, shared by all of its concepts and metrics.
 
 use crate::metric::{top_count, Needs, Params};
-use crate::numeric::{lane_sum, robust_norm, robust_norm_slice};
+use crate::numeric::{
+    lane_sum, magnitude_scale, max_abs_slice, robust_norm, robust_norm_slice,
+    robust_norm_slice_with_max,
+};
 use crate::radix::SortScratch;
 use crate::ranks::{centred_rank_norm, rank, rank_into_with, tie_term, Ranking};
 use crate::rng::SplitMix64;
@@ -11,12 +14,18 @@ use crate::rng::SplitMix64;
 pub struct UnitProfile {
     /// N, the number of inputs.
     pub n: usize,
+    /// The power of two the moments below are of a * `scale`: 1 for ordinary values, else
+    /// what brings tiny (subnormal) or huge ones near 1, so that products keep every bit
+    /// ([`magnitude_scale`]; present with the products and label sums, else 1). Data-valued
+    /// results (mad) divide by it; Pearson r and cosine do not depend on it.
+    pub scale: f64,
+    /// The mean of a * scale.
     pub mean: f64,
-    /// a - mean; exactly 0 for a constant unit.
+    /// a * scale - mean; exactly 0 for a constant unit.
     pub centred: Vec<f64>,
     /// sum of `centred` (0 up to rounding; kept so products stay exact).
     pub centred_sum: f64,
-    /// ||a - mean|| and ||a||.
+    /// ||a * scale - mean|| and ||a * scale||.
     pub centred_norm: f64,
     pub norm: f64,
     /// Ascending midranks minus (N+1)/2 (present when `Needs::order`).
@@ -76,17 +85,38 @@ impl UnitProfile {
             lane_sum(a) / n as f64
         };
         self.centred.clear();
+        self.scale = 1.0;
         // The centred values, their sum and the norms serve the products and label sums only.
         if needs.products || needs.inverse_sums {
-            if constant {
-                self.centred.resize(n, 0.0);
+            // the pass that the norm of a needs anyway
+            let max_abs = max_abs_slice(a);
+            self.scale = magnitude_scale(max_abs);
+            if self.scale == 1.0 {
+                if constant {
+                    self.centred.resize(n, 0.0);
+                } else {
+                    let mean = self.mean;
+                    self.centred.extend(a.iter().map(|v| v - mean));
+                }
+                self.norm = robust_norm_slice_with_max(a, max_abs);
             } else {
+                // Tiny or huge values: the same steps on a * scale (exact), held in
+                // `centred` until they are centred in place.
+                let scale = self.scale;
+                self.centred.extend(a.iter().map(|v| v * scale));
+                self.mean = if constant {
+                    self.centred[0]
+                } else {
+                    lane_sum(&self.centred) / n as f64
+                };
+                self.norm = robust_norm_slice(&self.centred);
                 let mean = self.mean;
-                self.centred.extend(a.iter().map(|v| v - mean));
+                for v in self.centred.iter_mut() {
+                    *v = if constant { 0.0 } else { *v - mean };
+                }
             }
             self.centred_sum = lane_sum(&self.centred);
             self.centred_norm = robust_norm_slice(&self.centred);
-            self.norm = robust_norm_slice(a);
         } else {
             (self.centred_sum, self.centred_norm, self.norm) = (0.0, 0.0, 0.0);
         }
@@ -282,15 +312,26 @@ impl UnitProfile {
         sp.values.clear();
         sp.values.extend_from_slice(values);
         self.n = n;
-        self.mean = lane_sum(values) / n as f64;
+        // The moments of the values times their magnitude scale, as the dense profile has
+        // them (a copy only for tiny or huge values; `sp.values` keep the values themselves,
+        // which the ranks and the top set read).
+        self.scale = magnitude_scale(values.iter().fold(0.0f64, |m, v| m.max(v.abs())));
+        let scaled_copy: Vec<f64>;
+        let scaled = if self.scale == 1.0 {
+            values
+        } else {
+            scaled_copy = values.iter().map(|v| v * self.scale).collect();
+            &scaled_copy
+        };
+        self.mean = lane_sum(scaled) / n as f64;
         let mean = self.mean;
-        self.centred_sum = values.iter().map(|v| v - mean).sum::<f64>() - n_zero as f64 * mean;
+        self.centred_sum = scaled.iter().map(|v| v - mean).sum::<f64>() - n_zero as f64 * mean;
         self.centred_norm = if nnz == 0 {
             0.0 // constant 0: exactly 0, as the dense profile has it
         } else {
-            robust_norm(values.iter().map(|v| v - mean), -mean, n_zero)
+            robust_norm(scaled.iter().map(|v| v - mean), -mean, n_zero)
         };
-        self.norm = robust_norm(values.iter().copied(), 0.0, 0);
+        self.norm = robust_norm(scaled.iter().copied(), 0.0, 0);
         for v in [&mut self.centred, &mut self.centred_rank] {
             v.clear();
         }

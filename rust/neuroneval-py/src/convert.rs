@@ -1,11 +1,14 @@
 //! Arguments as Python hands them over, read in place as core views (never copied).
 
 use half::f16;
+use neuroneval_core::metric::{ParamKind, ParamRule};
 use neuroneval_core::{
     CoreError, Element, MatrixSource, MatrixView, Metric, RowShards, SparseColumns,
 };
 use numpy::{PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyType};
 
 use crate::errors::{shape_error, to_py_err};
 use crate::scoring::PreparedConcepts;
@@ -174,11 +177,69 @@ pub fn metrics(names: &[String]) -> PyResult<Vec<Metric>> {
         .collect()
 }
 
-/// A core error about one argument, as a Python error.
-pub fn parameter_error(name: &'static str, value: String, reason: &'static str) -> PyErr {
-    to_py_err(CoreError::Parameter {
-        name,
-        value,
-        reason,
-    })
+/// `repr(value)`, cut short: an error message quotes it, and an array's repr is long.
+fn short_repr(value: &Bound<'_, PyAny>) -> String {
+    const MAX: usize = 60;
+    let repr = value
+        .repr()
+        .map_or_else(|_| "<unprintable>".to_string(), |r| r.to_string());
+    let line = repr.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}...", &line[..cut]),
+        None => line,
+    }
+}
+
+/// "a str", "an int", "a numpy.ndarray": the type of `value`, for an error message.
+fn type_phrase(value: &Bound<'_, PyAny>) -> String {
+    let ty = value.get_type();
+    let name = ty
+        .fully_qualified_name()
+        .map_or_else(|_| "<unknown type>".to_string(), |n| n.to_string());
+    let article = match name.chars().next() {
+        Some('a' | 'e' | 'i' | 'o' | 'u') => "an",
+        _ => "a",
+    };
+    format!("{article} {name}")
+}
+
+/// Whether `value` has the kind of number `kind` asks for: a `numbers.Real` (Python int and
+/// float, numpy integer and floating scalars) or a `numbers.Integral` (Python int, numpy
+/// integer scalars), and never a bool (Python's or numpy's). Strings, None, complex numbers,
+/// arrays of any shape (0-d included) and tensors are not numbers here.
+fn has_kind(value: &Bound<'_, PyAny>, kind: ParamKind) -> PyResult<bool> {
+    static REAL: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    static INTEGRAL: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    if value.is_instance_of::<PyBool>() {
+        return Ok(false);
+    }
+    let py = value.py();
+    let abc = match kind {
+        ParamKind::Real => REAL.import(py, "numbers", "Real")?,
+        ParamKind::Integer => INTEGRAL.import(py, "numbers", "Integral")?,
+    };
+    value.is_instance(abc)
+}
+
+/// The one door of every scoring parameter from Python: `value` as the number its rule
+/// asks for (f64 for a real parameter; u64, usize, ... for an integer one), or a
+/// `ParameterError` that names the parameter, quotes the value and states the rule; a
+/// value of the wrong type also says its type. Range rules beyond the target type's are the
+/// core's ([`neuroneval_core::Params::validate`]).
+pub fn parameter<'py, T: FromPyObjectOwned<'py>>(
+    rule: &'static ParamRule,
+    value: &Bound<'py, PyAny>,
+) -> PyResult<T> {
+    if !has_kind(value, rule.kind)? {
+        return Err(to_py_err(CoreError::Parameter {
+            name: rule.name,
+            value: short_repr(value),
+            reason: format!("{}, not {}", rule.rule, type_phrase(value)).into(),
+        }));
+    }
+    // A number of the right kind that the type cannot hold (a negative seed, k = 2^70, an
+    // int beyond the doubles) is outside the domain.
+    value
+        .extract::<T>()
+        .map_err(|_| to_py_err(rule.error(short_repr(value))))
 }

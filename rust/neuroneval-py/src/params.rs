@@ -1,14 +1,13 @@
 //! `ScoreParams`: the five scoring parameters as one frozen, validated Python object.
 //!
-//! The Python types are checked here, as the values are extracted; every range rule is the
-//! core's (`Params::validate`, and `K_RULE`/`SEED_RULE` for the integer domains).
+//! Each value is extracted by type through `convert::parameter` (the one door of every
+//! parameter); every rule is the core's (`Params::RULES`, `Params::validate`).
 
-use neuroneval_core::metric::{K_RULE, SEED_RULE};
 use neuroneval_core::Params;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyTuple};
+use pyo3::types::{PyDict, PyFloat, PyTuple};
 
-use crate::convert::parameter_error;
+use crate::convert::parameter;
 use crate::errors::to_py_err;
 
 /// The five scoring parameters, frozen and validated once by the core (`Params::validate`).
@@ -26,7 +25,8 @@ use crate::errors::to_py_err;
 /// seed : int, default 0
 ///     Seed of every random draw, an integer in [0, 2^64).
 ///
-/// A value outside its domain, or of the wrong type (a bool; a float for k or seed), raises
+/// A value outside its domain, or of the wrong type (a bool, a string, a complex number, an
+/// array; a float, even a whole one, for k or seed), raises
 /// `neuroneval.errors.ParameterError` naming the parameter. None stands for the default.
 /// `replace(**changes)` returns a validated copy; `to_dict()` the values as a JSON-able dict.
 #[pyclass(
@@ -41,34 +41,6 @@ pub struct ScoreParams(pub Params);
 
 const FIELDS: [&str; 5] = ["alpha", "lam", "k", "top_alpha", "seed"];
 
-fn repr_of(value: &Bound<'_, PyAny>) -> String {
-    value
-        .repr()
-        .map_or_else(|_| "<unprintable>".to_string(), |r| r.to_string())
-}
-
-/// A real number (int, float or numpy scalar; not a bool or a string).
-fn real(name: &'static str, value: &Bound<'_, PyAny>) -> PyResult<f64> {
-    let wrong = || parameter_error(name, repr_of(value), "must be a real number");
-    if value.is_instance_of::<PyBool>() {
-        return Err(wrong());
-    }
-    value.extract::<f64>().map_err(|_| wrong())
-}
-
-/// An integer (int or numpy integer; not a bool or a float) in the field's type.
-fn integer<'py, T: FromPyObjectOwned<'py>>(
-    name: &'static str,
-    rule: &'static str,
-    value: &Bound<'py, PyAny>,
-) -> PyResult<T> {
-    let wrong = || parameter_error(name, repr_of(value), rule);
-    if value.is_instance_of::<PyBool>() {
-        return Err(wrong());
-    }
-    value.extract::<T>().map_err(|_| wrong())
-}
-
 impl ScoreParams {
     /// `base` with the named fields set from Python values, validated.
     fn with<'py>(
@@ -80,18 +52,20 @@ impl ScoreParams {
             let Some(value) = value.filter(|v| !v.is_none()) else {
                 continue;
             };
-            match key.as_str() {
-                "alpha" => p.alpha = real("alpha", &value)?,
-                "lam" => p.lambda = real("lam", &value)?,
-                "k" => p.top_random_k = integer("k", K_RULE, &value)?,
-                "top_alpha" => p.top_random_alpha = real("top_alpha", &value)?,
-                "seed" => p.seed = integer("seed", SEED_RULE, &value)?,
-                other => {
-                    return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-                        "unexpected parameter {other:?}; ScoreParams has {}",
-                        FIELDS.join(", ")
-                    )))
-                }
+            let unknown = || {
+                pyo3::exceptions::PyTypeError::new_err(format!(
+                    "unexpected parameter {key:?}; ScoreParams has {}",
+                    FIELDS.join(", ")
+                ))
+            };
+            let rule = Params::rule(&key).ok_or_else(unknown)?;
+            match rule.name {
+                "alpha" => p.alpha = parameter(rule, &value)?,
+                "lam" => p.lambda = parameter(rule, &value)?,
+                "k" => p.top_random_k = parameter(rule, &value)?,
+                "top_alpha" => p.top_random_alpha = parameter(rule, &value)?,
+                "seed" => p.seed = parameter(rule, &value)?,
+                _ => return Err(unknown()),
             }
         }
         p.validate().map_err(to_py_err)?;

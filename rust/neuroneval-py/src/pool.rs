@@ -3,6 +3,7 @@
 use std::sync::{Arc, Mutex};
 
 use neuroneval_core::CoreError;
+use pyo3::exceptions::PyRuntimeWarning;
 use pyo3::prelude::*;
 use rayon::{ThreadPool, ThreadPoolBuilder};
 
@@ -11,24 +12,63 @@ use crate::errors::to_py_err;
 /// The rayon pool, rebuilt after a fork (a forked child has no pool threads) or on request.
 static POOL: Mutex<Option<(u32, usize, Arc<ThreadPool>)>> = Mutex::new(None);
 
-/// `NEURONEVAL_NUM_THREADS` when set (a positive integer, else an error), else the CPU count.
-fn configured_threads() -> PyResult<usize> {
-    match std::env::var("NEURONEVAL_NUM_THREADS") {
-        Err(_) => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
-        Ok(v) => match v.trim().parse::<usize>() {
-            Ok(n) if n > 0 => Ok(n),
-            _ => Err(to_py_err(CoreError::Parameter {
-                name: "NEURONEVAL_NUM_THREADS",
-                value: format!("{v:?}"),
-                reason: "must be a positive integer (or unset, for one thread per CPU)",
-            })),
-        },
-    }
+/// The requested counts above the CPU count already warned about: one warning per value.
+static WARNED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// The CPUs this process may run on.
+fn cpu_count() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-fn pool() -> PyResult<Arc<ThreadPool>> {
+/// `NEURONEVAL_NUM_THREADS` when set (a positive integer, else an error), else the CPU count;
+/// capped at the CPU count, since more threads than CPUs only add contention (at 100,000 a
+/// call spends minutes starting them). A capped value warns (a `RuntimeWarning`), once per
+/// distinct value.
+fn configured_threads(py: Python<'_>) -> PyResult<usize> {
+    let cpus = cpu_count();
+    let text = match std::env::var("NEURONEVAL_NUM_THREADS") {
+        Err(_) => return Ok(cpus),
+        Ok(v) => v,
+    };
+    let requested = match text.trim().parse::<usize>() {
+        Ok(n) if n > 0 => n,
+        // a positive integer beyond usize is just as capped
+        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => usize::MAX,
+        _ => {
+            return Err(to_py_err(CoreError::Parameter {
+                name: "NEURONEVAL_NUM_THREADS",
+                value: format!("{text:?}"),
+                reason: "must be a positive integer (or unset, for one thread per CPU)".into(),
+            }))
+        }
+    };
+    if requested <= cpus {
+        return Ok(requested);
+    }
+    let first_time = !WARNED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(&requested);
+    if first_time {
+        let message = format!(
+            "NEURONEVAL_NUM_THREADS={} exceeds the {cpus} CPUs of this machine; using {cpus}",
+            text.trim()
+        );
+        let message = std::ffi::CString::new(message).expect("no NUL in the message");
+        let category = py.get_type::<PyRuntimeWarning>();
+        // Raises when warnings are errors; then it warns again on the next call.
+        PyErr::warn(py, &category, &message, 1)?;
+        WARNED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(requested);
+    }
+    Ok(cpus)
+}
+
+fn pool(py: Python<'_>) -> PyResult<Arc<ThreadPool>> {
     let pid = std::process::id();
-    let threads = configured_threads()?;
+    let threads = configured_threads(py)?;
     let mut guard = POOL.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((p, t, pool)) = guard.as_ref() {
         if *p == pid && *t == threads {
@@ -51,12 +91,13 @@ pub fn run<T: Send>(
     py: Python<'_>,
     f: impl FnOnce() -> Result<T, CoreError> + Send,
 ) -> PyResult<T> {
-    let pool = pool()?;
+    let pool = pool(py)?;
     py.detach(|| pool.install(f)).map_err(to_py_err)
 }
 
-/// The number of threads the next call will use.
+/// The number of threads the next call will use (`NEURONEVAL_NUM_THREADS`, at most the CPU
+/// count).
 #[pyfunction]
-pub fn num_threads() -> PyResult<usize> {
-    configured_threads()
+pub fn num_threads(py: Python<'_>) -> PyResult<usize> {
+    configured_threads(py)
 }

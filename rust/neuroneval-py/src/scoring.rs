@@ -2,7 +2,7 @@
 
 use neuroneval_core::pair::{table_scores as core_table_scores, Table};
 use neuroneval_core::single::{self, RankStatistic};
-use neuroneval_core::{ConceptSet, Needs};
+use neuroneval_core::{ConceptSet, Needs, Params};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 
@@ -116,7 +116,10 @@ pub fn score_pairs<'py>(
 /// already binarised, against a binary concept: a list of (P,) arrays, the pair kernel's
 /// values for such vectors.
 #[pyfunction]
-#[pyo3(signature = (n, n11, n10, n01, metrics, lam=1.0))]
+#[pyo3(
+    signature = (n, n11, n10, n01, metrics, lam=None),
+    text_signature = "(n, n11, n10, n01, metrics, lam=1.0)"
+)]
 pub fn table_scores<'py>(
     py: Python<'py>,
     n: PyReadonlyArray1<'py, f64>,
@@ -124,9 +127,13 @@ pub fn table_scores<'py>(
     n10: PyReadonlyArray1<'py, f64>,
     n01: PyReadonlyArray1<'py, f64>,
     metrics: Vec<String>,
-    lam: f64,
+    lam: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Vec<Bound<'py, PyArray1<f64>>>> {
     let metrics = convert::metrics(&metrics)?;
+    let lam = match lam.filter(|v| !v.is_none()) {
+        Some(v) => convert::parameter(Params::rule("lam").expect("lam has a rule"), &v)?,
+        None => Params::default().lambda,
+    };
     let (n, n11, n10, n01) = (n.as_array(), n11.as_array(), n10.as_array(), n01.as_array());
     if [n11.len(), n10.len(), n01.len()]
         .iter()
