@@ -216,6 +216,7 @@ def as_index_array(arr: np.ndarray, name: str) -> npt.NDArray[np.int64]:
     truncated); bools, complex and strings are refused, and so are values beyond int64 (a
     uint64 of 2^64 - 1 is not silently -1)."""
     if arr.dtype.kind == "f":
+        arr = arr.astype(np.float64, copy=False)  # exact; 2^63 has no float16
         whole = np.isfinite(arr) & (arr == np.round(arr)) & (np.abs(arr) < 2.0**63)
         if not whole.all():
             bad = arr.reshape(-1)[np.flatnonzero(~whole.reshape(-1))[0]]
