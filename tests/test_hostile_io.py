@@ -474,7 +474,7 @@ def _never_scored(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize("kind", ["array", "sparse", "row-major file", "shards"])
+@pytest.mark.parametrize("kind", ["array", "sparse", "sparse file", "row-major file", "shards"])
 def test_nan_in_a_late_block_fails_before_the_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
     import scipy.sparse as sp
 
@@ -483,6 +483,7 @@ def test_nan_in_a_late_block_fails_before_the_first(tmp_path: Path, monkeypatch:
     source: Any = {
         "array": lambda: a,
         "sparse": lambda: sp.csr_matrix(np.nan_to_num(a, nan=0.0) * (np.abs(a) > 1) + np.where(np.isnan(a), np.nan, 0)),
+        "sparse file": lambda: (sp.save_npz(tmp_path / "a.npz", sp.csr_matrix(a)), tmp_path / "a.npz")[1],
         "row-major file": lambda: (np.save(tmp_path / "a.npy", a), tmp_path / "a.npy")[1],
         "shards": lambda: write_shards(tmp_path / "shards", [a[:200], a[200:]]),
     }[kind]()

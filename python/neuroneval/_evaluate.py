@@ -204,7 +204,7 @@ class Plan:
         every input error the data can cause is raised here, before a block is scored
         (a row-major file is checked as it is read once, still before any block)."""
         self.prepared = _core.prepare_concepts(self.conc.core, self.names)
-        if len(self.bounds) > 1 and self.acts.kind in ("array", "sparse") and not self.acts.files:
+        if len(self.bounds) > 1 and self.acts.kind in ("array", "sparse"):  # in memory
             check_finite(self.acts)
 
     def inputs(self, *names: Any) -> list[Path]:
