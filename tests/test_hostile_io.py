@@ -157,6 +157,16 @@ def test_lock_in_process_names_holder(tmp_path: Path) -> None:
     assert not out.with_name(out.name + ".lock").exists()
 
 
+def evaluate_in_child(files: dict[str, Path], out: Path, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """`evaluate` of the fixture's files in a fresh process, its notices on stderr."""
+    extra = "".join(f", {key}={value!r}" for key, value in kw.items())
+    script = (
+        f"import neuroneval; neuroneval.evaluate({str(files['acts'])!r}, {str(files['concepts'])!r}, "
+        f"{METRICS!r}, out={str(out)!r}, progress=True{extra})"
+    )
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+
+
 def test_stale_lock_of_a_killed_run_is_taken_over(tmp_path: Path, files: dict[str, Path]) -> None:
     out = tmp_path / "scores.parquet"
     script = (
@@ -181,11 +191,7 @@ def test_stale_lock_of_a_killed_run_is_taken_over(tmp_path: Path, files: dict[st
             child.wait()
     lock = out.with_name(out.name + ".lock")
     assert lock.is_file() and json.loads(lock.read_text())["pid"] == child.pid  # left behind by the kill
-    done = subprocess.run(
-        [sys.executable, "-c", f"import neuroneval; neuroneval.evaluate({str(files['acts'])!r}, "
-         f"{str(files['concepts'])!r}, {METRICS!r}, out={str(out)!r}, progress=True)"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    done = evaluate_in_child(files, out)
     assert done.returncode == 0, done.stderr
     assert f"taking over {lock}" in done.stderr and f"process {child.pid}" in done.stderr
     assert_frame_equal(pl.read_parquet(out), reference(files["acts"], files["concepts"]))
@@ -222,11 +228,7 @@ def test_kill_during_the_merge(tmp_path: Path, files: dict[str, Path]) -> None:
     leftovers = list(tmp_path.glob(f".{out.name}.*.tmp"))
     assert len(leftovers) == 1
     assert len(list(partial_dir(out).glob("part-*.parquet"))) == 4  # every block survived
-    done = subprocess.run(
-        [sys.executable, "-c", f"import neuroneval; neuroneval.evaluate({str(files['acts'])!r}, "
-         f"{str(files['concepts'])!r}, {METRICS!r}, block_units=3, out={str(out)!r}, progress=True)"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    done = evaluate_in_child(files, out, block_units=3)
     assert done.returncode == 0, done.stderr
     assert "4 of 4 blocks already finished" in done.stderr
     assert "removed 1 unfinished temporary files" in done.stderr
