@@ -65,12 +65,9 @@ def _from_torch(x: Any, name: str) -> np.ndarray:
     t = x.detach()
     if t.is_complex():
         raise DTypeError(f"{name} has dtype {t.dtype}; complex values are not accepted (pass .real or .abs())")
-    if not t.is_floating_point():
-        t = t.double()  # integers and bools widen exactly to float64
-    elif t.dtype == torch.bfloat16:
-        t = t.float()  # numpy has no bfloat16; it widens exactly to float32
-    elif t.dtype not in (torch.float16, torch.float32, torch.float64):
-        # float8 and other narrow formats numpy cannot hold: they widen exactly to float32
+    # Integers and bools keep their dtype (indices stay indices; `_real` widens values).
+    # bfloat16, float8 and the other floats numpy cannot hold widen exactly to float32.
+    if t.is_floating_point() and t.dtype not in (torch.float16, torch.float32, torch.float64):
         t = t.float()
     return np.asarray(t.cpu().numpy())
 
@@ -200,10 +197,7 @@ def check_real(value: Any, name: str, *, finite: bool = True) -> float:
 def as_pairs(pairs: Any) -> npt.NDArray[np.int64]:
     """An (M, 2) int64 array of (unit, concept) indices: integer dtypes only (a float index
     is refused, not truncated), every index within int64."""
-    if is_torch_tensor(pairs) and not (pairs.is_floating_point() or pairs.is_complex()):
-        arr = np.asarray(pairs.detach().cpu().numpy())  # integer indices stay integers
-    else:
-        arr = _as_array(pairs, "pairs")
+    arr = _as_array(pairs, "pairs")
     if arr.size == 0:
         arr = arr.reshape(0, 2)
     if arr.ndim != 2 or arr.shape[1] != 2:
@@ -366,15 +360,11 @@ def as_counts(x: Any, name: str) -> npt.NDArray[np.float64]:
     mistake upstream, not a number to round."""
     if x is None or isinstance(x, (numbers.Number, np.generic, str, bytes)):
         return np.asarray(float(check_integer(x, name, minimum=0)))
-    values = as_real_array(x, name)  # complex, strings and ragged rows are refused here
-    if is_torch_tensor(x):
-        kind = "b" if str(x.dtype) == "torch.bool" else "f" if x.is_floating_point() else "i"
-        dtype = str(x.dtype)
-    else:
-        raw = np.asarray(x)
-        kind, dtype = raw.dtype.kind, str(raw.dtype)
+    raw = _as_array(x, name)
+    values = np.asarray(_real(raw, name), dtype=np.float64)  # complex and strings are refused here
+    kind = raw.dtype.kind
     if values.size and kind not in "iu":
-        raise ParameterError(f"{name} must hold integer counts; got {'bools' if kind == 'b' else f'dtype {dtype}'}")
+        raise ParameterError(f"{name} must hold integer counts; got {'bools' if kind == 'b' else f'dtype {raw.dtype}'}")
     negative = values < 0
     if negative.any():
         raise ParameterError(f"{name} must hold counts >= 0; found {values[negative][0]:.0f}")

@@ -29,7 +29,6 @@ from ._coerce import (
     check_real,
     check_seed,
     check_sequence,
-    is_torch_tensor,
 )
 from ._registry import METRICS
 from ._score import compute
@@ -371,7 +370,7 @@ def _matrix_shape(shape: Any) -> tuple[int, int]:
 def _truth_array(truth: Any) -> np.ndarray:
     """`truth` as a numpy array of its own dtype (a tensor's integer indices stay integers);
     a `DTypeError` for complex, strings and objects, a `ShapeError` for ragged rows."""
-    t = np.asarray(truth.detach().cpu().numpy()) if is_torch_tensor(truth) else _as_array(truth, "truth")
+    t = _as_array(truth, "truth")
     if t.dtype.kind not in "biuf":
         what = "complex values are not accepted" if t.dtype.kind == "c" else "expected concept indices or 0/1 values"
         raise DTypeError(f"truth has dtype {t.dtype}; {what}")
