@@ -952,3 +952,9 @@ def test_too_many_threads_in_the_cli(files: dict[str, Path], tmp_path: Path, cap
     assert_frame_equal(
         pl.read_parquet(out), neuroneval.evaluate(files["acts"], files["concepts"], ["auprc"], progress=False)
     )
+
+
+def test_metric_functions_refuse_ragged_vectors() -> None:
+    from neuroneval import metrics as nm
+
+    check(lambda: nm.recall([1.0, [2.0]], [1.0, 0.0]), errors.ShapeError, "rectangular")

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
-from ._coerce import as_matrix, is_torch_tensor
+from ._coerce import _as_array, as_matrix, is_torch_tensor
 from ._registry import METRICS, MetricInfo
 from ._score import compute
 from .errors import ShapeError
@@ -123,7 +123,7 @@ if TYPE_CHECKING:
 
 def _as_column(x: Any) -> Any:
     """A 1-D vector as an (N, 1) column; anything else unchanged."""
-    arr = x if is_torch_tensor(x) else np.asarray(x)
+    arr = x if is_torch_tensor(x) else _as_array(x, "the vectors")
     return arr[:, None] if arr.ndim == 1 else arr
 
 
