@@ -48,7 +48,10 @@ COMBINED = list(_combined_ref(0.2))
 ALPHA_NAMES = list(ALPHA_REF) + COMBINED
 PLAIN_NAMES = list(PLAIN_REF)
 TOP_RANDOM_NAMES = ["correlation_top_and_random", "spearman_correlation_top_and_random"]
-ALL_NAMES = ALPHA_NAMES + PLAIN_NAMES + TOP_RANDOM_NAMES
+BINARY_TOP_RANDOM_NAMES = [name + "_binary" for name in TOP_RANDOM_NAMES]
+# The variants for binary units are checked in test_compat_reference.py.
+GENERIC_NAMES = ALPHA_NAMES + PLAIN_NAMES + TOP_RANDOM_NAMES
+ALL_NAMES = GENERIC_NAMES + BINARY_TOP_RANDOM_NAMES
 
 
 def _expected(name: str, alpha: float = 0.5) -> Any:
@@ -149,7 +152,7 @@ def test_top_and_random_is_seeded() -> None:
 # --- shapes -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ALL_NAMES)
+@pytest.mark.parametrize("name", GENERIC_NAMES)
 def test_one_dimensional_inputs_give_a_scalar(name: str) -> None:
     expected = _expected_any(name)
     for k, a in enumerate((A0, A1)):
@@ -159,7 +162,7 @@ def test_one_dimensional_inputs_give_a_scalar(name: str) -> None:
             assert got == pytest.approx(expected[k, t], abs=1e-6)
 
 
-@pytest.mark.parametrize("name", ALL_NAMES)
+@pytest.mark.parametrize("name", GENERIC_NAMES)
 def test_one_dimensional_side_drops_its_axis(name: str) -> None:
     expected = _expected_any(name)
     got = _call(name, A[:, 1], C)
@@ -170,7 +173,7 @@ def test_one_dimensional_side_drops_its_axis(name: str) -> None:
     assert_allclose(got, expected[:, 0], atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ALL_NAMES)
+@pytest.mark.parametrize("name", GENERIC_NAMES)
 def test_paired_scores_column_by_column(name: str) -> None:
     expected = _expected_any(name)
     got = _call(name, A, C, paired=True)
@@ -242,9 +245,10 @@ def test_undefined_is_nan_where_the_reference_clamps() -> None:
     assert math.isnan(ne.wpmi(A0, empty, 0.2))  # the reference: +inf
 
 
-def test_alpha_false_is_not_supported() -> None:
-    with pytest.raises(ParameterError):
-        ne.recall(A, C, False)
+def test_alpha_outside_its_domain_names_false_as_the_way_to_skip_binarising() -> None:
+    for bad in (0, 0.0, True, 1.5):
+        with pytest.raises(ParameterError, match="alpha"):
+            ne.recall(A, C, bad)
 
 
 # --- independent check against scikit-learn and scipy, on data with ties -----------------------
@@ -327,7 +331,7 @@ def test_wpmi_against_numpy(tied: tuple[Any, Any]) -> None:
 # --- torch in, torch out ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ALL_NAMES)
+@pytest.mark.parametrize("name", GENERIC_NAMES)
 def test_torch_in_torch_out(name: str) -> None:
     torch = pytest.importorskip("torch")
     a, c = torch.from_numpy(A), torch.from_numpy(C)

@@ -485,7 +485,9 @@ def test_top_inputs_against_argsort(tmp_path: Path, k: int, monkeypatch: pytest.
         "shards": write_shards(tmp_path / "shards", [half[:17], half[17:40], half[40:]]),
         "sparse": sp.csr_matrix(a),
     }
-    monkeypatch.setattr(report.inputs, "_CHUNK_BYTES", 8 * 7 * 6)  # six rows a chunk, one column a sparse block of 50 rows
+    monkeypatch.setattr(
+        report.inputs, "_CHUNK_BYTES", 8 * 7 * 6
+    )  # six rows a chunk, one column a sparse block of 50 rows
     for name, src in sources.items():
         table = report.top_inputs({name: src}, k=k)
         data = half if name in ("npy", "shards") else a.astype(np.float32) if name == "float32 strided" else a

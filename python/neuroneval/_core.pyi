@@ -64,6 +64,9 @@ def score_matrix(
     metrics: list[str],
     params: ScoreParams,
     first_unit: int = 0,
+    *,
+    binary_units: bool = False,
+    reference_values: bool = False,
 ) -> list[npt.NDArray[np.float64]]: ...
 def score_pairs(
     activations: _Source,
@@ -71,6 +74,9 @@ def score_pairs(
     pairs: npt.NDArray[np.int64],
     metrics: list[str],
     params: ScoreParams,
+    *,
+    binary_units: bool = False,
+    reference_values: bool = False,
 ) -> list[npt.NDArray[np.float64]]: ...
 def table_scores(
     n: npt.NDArray[np.float64],

@@ -77,13 +77,25 @@ def _inputs(activations: Any, concepts: Any) -> tuple[Source, Source]:
     return acts, conc
 
 
-def scores(acts: Source, conc: Source, names: list[str], params: ScoreParams, pairs: Any = None) -> dict[str, Array]:
+def scores(
+    acts: Source,
+    conc: Source,
+    names: list[str],
+    params: ScoreParams,
+    pairs: Any = None,
+    *,
+    binary_units: bool = False,
+    reference_values: bool = False,
+) -> dict[str, Array]:
     """Each metric of `names` for two opened sources: (K, T) arrays, or (M,) for an (M, 2)
-    int64 `pairs` array. The one call into the core's scoring, for `compute` and `score`."""
+    int64 `pairs` array. The one call into the core's scoring, for `compute`, `score` and the
+    compat drop-ins (which alone set the NeuronEval reference's conventions: `binary_units`,
+    units already binary; `reference_values`, its values where SPEC's are undefined)."""
+    conventions = {"binary_units": binary_units, "reference_values": reference_values}
     if pairs is None:
-        values = _core.score_matrix(acts.core, conc.core, names, params)
+        values = _core.score_matrix(acts.core, conc.core, names, params, **conventions)
     else:
-        values = _core.score_pairs(acts.core, conc.core, pairs, names, params)
+        values = _core.score_pairs(acts.core, conc.core, pairs, names, params, **conventions)
     return dict(zip(names, values, strict=True))
 
 

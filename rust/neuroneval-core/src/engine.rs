@@ -80,6 +80,18 @@ pub fn score_matrix(
 ) -> Result<Scores> {
     params.validate()?;
     check_metrics(metrics)?;
+    if activations.cols() == 1 && concepts.cols() == 1 {
+        // One pair: the matrix indexes (dense copies, row and label indexes) only pay off
+        // across many units, so it is scored as a list of one pair.
+        return score_pairs_at(
+            activations,
+            concepts,
+            &[(0, 0)],
+            metrics,
+            params,
+            first_unit,
+        );
+    }
     let all_units: Vec<usize> = (0..activations.cols()).collect();
     // Cheap checks of the activations first, the concepts' transforms after.
     check_activations(activations, concepts.rows(), &all_units, first_unit)?;
@@ -409,6 +421,37 @@ fn dense_products(
     out
 }
 
+/// What a pairs call transforms one unit with: kept by each thread from call to call
+/// ([`with_pair_buffers`]), so that a caller scoring one pair at a time does not fault in
+/// fresh pages for every call (at N = 10^5 that costs as much as the transform).
+#[derive(Default)]
+struct PairBuffers {
+    a: Vec<f64>,
+    profile: UnitProfile,
+    sort: SortScratch,
+    kernel: PairKernel,
+}
+
+/// Up to this many inputs a thread keeps its [`PairBuffers`] after a pairs call (at most
+/// about 15 MB); longer units use fresh ones, whose faults cost little next to their work.
+const KEPT_PAIR_INPUTS: usize = 1 << 18;
+
+thread_local! {
+    static PAIR_BUFFERS: std::cell::RefCell<PairBuffers> = std::cell::RefCell::default();
+}
+
+/// Runs `f` with this thread's [`PairBuffers`], or fresh ones for long units or when they
+/// are in use (a thread that waits inside `f` may run another group meanwhile).
+fn with_pair_buffers<R>(n: usize, f: impl FnOnce(&mut PairBuffers) -> R) -> R {
+    if n > KEPT_PAIR_INPUTS {
+        return f(&mut PairBuffers::default());
+    }
+    PAIR_BUFFERS.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut kept) => f(&mut kept),
+        Err(_) => f(&mut PairBuffers::default()),
+    })
+}
+
 /// Every metric for each listed (unit, concept) pair; costs only what those pairs cost.
 pub fn score_pairs(
     activations: &dyn MatrixSource,
@@ -416,6 +459,19 @@ pub fn score_pairs(
     pairs: &[(i64, i64)],
     metrics: &[Metric],
     params: &Params,
+) -> Result<Scores> {
+    score_pairs_at(activations, concepts, pairs, metrics, params, 0)
+}
+
+/// [`score_pairs`] for a source whose first column is unit `first_unit` among all units (as
+/// in [`score_matrix_with`]: the top-random draws and error messages use the global index).
+fn score_pairs_at(
+    activations: &dyn MatrixSource,
+    concepts: &dyn MatrixSource,
+    pairs: &[(i64, i64)],
+    metrics: &[Metric],
+    params: &Params,
+    first_unit: usize,
 ) -> Result<Scores> {
     params.validate()?;
     check_metrics(metrics)?;
@@ -442,7 +498,7 @@ pub fn score_pairs(
         v
     };
     let (used_units, used_concepts) = (used(|p| p.0), used(|p| p.1));
-    check_activations(activations, concepts.rows(), &used_units, 0)?;
+    check_activations(activations, concepts.rows(), &used_units, first_unit)?;
     let needs = Needs::of(metrics);
     let set = ConceptSet::build(concepts, Some(&used_concepts), &needs, false)?;
 
@@ -459,29 +515,37 @@ pub fn score_pairs(
         .par_iter()
         .map(|group| {
             let unit = pairs[group[0]].0 as usize;
-            let mut a = vec![0.0; n];
-            activations.columns_into(&[unit], &mut a);
-            let profile = UnitProfile::build(&a, unit, &needs, params);
-            let mut kernel = PairKernel::default();
-            group
-                .iter()
-                .map(|&p| {
-                    let c = used_concepts
-                        .binary_search(&(pairs[p].1 as usize))
-                        .expect("every used concept was built");
-                    let mut row = vec![0.0; m];
-                    kernel.score(
-                        &profile,
-                        &set.columns[c],
-                        &needs,
-                        params,
-                        Precomputed::default(),
-                        metrics,
-                        &mut row,
-                    );
-                    (p, row)
-                })
-                .collect()
+            with_pair_buffers(n, |bufs| {
+                let PairBuffers {
+                    a,
+                    profile,
+                    sort,
+                    kernel,
+                } = bufs;
+                // every source writes all of `a`
+                resize_for_overwrite(a, n);
+                activations.columns_into(&[unit], a);
+                profile.rebuild(a, first_unit + unit, &needs, params, sort, true);
+                group
+                    .iter()
+                    .map(|&p| {
+                        let c = used_concepts
+                            .binary_search(&(pairs[p].1 as usize))
+                            .expect("every used concept was built");
+                        let mut row = vec![0.0; m];
+                        kernel.score(
+                            profile,
+                            &set.columns[c],
+                            &needs,
+                            params,
+                            Precomputed::default(),
+                            metrics,
+                            &mut row,
+                        );
+                        (p, row)
+                    })
+                    .collect()
+            })
         })
         .collect();
 

@@ -7,6 +7,18 @@ use rayon::prelude::*;
 /// Element types the kernels read. Every value is widened to f64 before any arithmetic.
 pub trait Element: Copy + Send + Sync + 'static {
     fn to_f64(self) -> f64;
+
+    /// The slice itself when the elements are float32 (for loops written for that type).
+    #[inline(always)]
+    fn as_f32(_values: &[Self]) -> Option<&[f32]> {
+        None
+    }
+
+    /// The slice itself when the elements are float64.
+    #[inline(always)]
+    fn as_f64(_values: &[Self]) -> Option<&[f64]> {
+        None
+    }
 }
 
 impl Element for i64 {
@@ -22,6 +34,11 @@ impl Element for f64 {
     fn to_f64(self) -> f64 {
         self
     }
+
+    #[inline(always)]
+    fn as_f64(values: &[f64]) -> Option<&[f64]> {
+        Some(values)
+    }
 }
 
 impl Element for half::f16 {
@@ -36,6 +53,11 @@ impl Element for f32 {
     #[inline(always)]
     fn to_f64(self) -> f64 {
         self as f64
+    }
+
+    #[inline(always)]
+    fn as_f32(values: &[f32]) -> Option<&[f32]> {
+        Some(values)
     }
 }
 
@@ -111,6 +133,31 @@ impl<'a, E: Element> MatrixView<'a, E> {
         })
     }
 
+    /// Column `col` as a slice, when columns are contiguous (row stride 1: a column-major
+    /// matrix, or a single column of any layout).
+    #[inline]
+    pub fn column_slice(&self, col: usize) -> Option<&'a [E]> {
+        (self.rows > 0 && (self.row_stride == 1 || self.rows == 1) && col < self.cols).then(|| {
+            let base = col * self.col_stride;
+            &self.data[base..base + self.rows]
+        })
+    }
+
+    /// Column `col`'s values in row order, copied into `out` (cleared first): for a column
+    /// that is not contiguous, so that the loops over one column run over a slice.
+    fn gather_column(&self, col: usize, out: &mut Vec<E>) {
+        out.clear();
+        let base = col * self.col_stride;
+        out.extend((0..self.rows).map(|i| self.data[base + i * self.row_stride]));
+    }
+
+    /// Whether every listed column is a contiguous slice ([`MatrixView::column_slice`]).
+    fn columns_contiguous(&self, cols: &[usize]) -> bool {
+        self.rows > 0
+            && (self.row_stride == 1 || self.rows == 1)
+            && cols.iter().all(|&c| c < self.cols)
+    }
+
     /// The element itself, without widening.
     #[inline(always)]
     pub fn get_raw(&self, row: usize, col: usize) -> E {
@@ -148,11 +195,226 @@ impl<'a, E: Element> MatrixView<'a, E> {
     }
 }
 
+/// The number of values != 0 (NaN included) of a column, by AVX-512 for float32 and float64
+/// where the CPU has it.
+fn count_nonzeros<E: Element>(column: &[E]) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if avx512::available() {
+            if let Some(column) = E::as_f32(column) {
+                // SAFETY: the CPU has AVX-512F and POPCNT (checked above).
+                return unsafe { avx512::count_f32(column) };
+            }
+            if let Some(column) = E::as_f64(column) {
+                // SAFETY: the CPU has AVX-512F and POPCNT (checked above).
+                return unsafe { avx512::count_f64(column) };
+            }
+        }
+    }
+    column.iter().filter(|v| v.to_f64() != 0.0).count()
+}
+
+/// Room past a column's nonzeros that its compaction may write (one vector of 16).
+const COMPACT_SLACK: usize = 16;
+
+/// The nonzero (or NaN) values of a float32 or float64 column, widened, into `values` and
+/// their rows (`first_row` + position) into `rows`, by AVX-512 compress: returns how many,
+/// or None (nothing written) for other element types or CPUs without AVX-512. Both slices
+/// must hold that count plus [`COMPACT_SLACK`].
+fn compact_wide<E: Element>(
+    column: &[E],
+    first_row: u32,
+    rows: &mut [u32],
+    values: &mut [f64],
+) -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if avx512::available() {
+            if let Some(column) = E::as_f32(column) {
+                // SAFETY: the CPU has AVX-512F and POPCNT (checked above).
+                return Some(unsafe { avx512::compact_f32(column, first_row, rows, values) });
+            }
+            if let Some(column) = E::as_f64(column) {
+                // SAFETY: the CPU has AVX-512F and POPCNT (checked above).
+                return Some(unsafe { avx512::compact_f64(column, first_row, rows, values) });
+            }
+        }
+    }
+    let _ = (column, first_row, rows, values);
+    None
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// Whether the CPU runs this module's functions.
+    #[inline]
+    pub(super) fn available() -> bool {
+        crate::simd::has_avx512()
+    }
+
+    /// The number of values != 0 (NaN included) in a float32 column.
+    #[target_feature(enable = "avx512f,popcnt")]
+    pub(super) fn count_f32(column: &[f32]) -> usize {
+        let mut groups = column.chunks_exact(16);
+        let mut count = 0;
+        for group in &mut groups {
+            // SAFETY: the group holds 16 floats; unaligned loads are allowed.
+            let v = unsafe { _mm512_loadu_ps(group.as_ptr()) };
+            count +=
+                _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(v, _mm512_setzero_ps()).count_ones() as usize;
+        }
+        count + groups.remainder().iter().filter(|&&v| v != 0.0).count()
+    }
+
+    /// The number of values != 0 (NaN included) in a float64 column.
+    #[target_feature(enable = "avx512f,popcnt")]
+    pub(super) fn count_f64(column: &[f64]) -> usize {
+        let mut groups = column.chunks_exact(8);
+        let mut count = 0;
+        for group in &mut groups {
+            // SAFETY: the group holds 8 doubles; unaligned loads are allowed.
+            let v = unsafe { _mm512_loadu_pd(group.as_ptr()) };
+            count +=
+                _mm512_cmp_pd_mask::<_CMP_NEQ_UQ>(v, _mm512_setzero_pd()).count_ones() as usize;
+        }
+        count + groups.remainder().iter().filter(|&&v| v != 0.0).count()
+    }
+
+    /// The rows of 16 consecutive values from `first`.
+    #[inline]
+    #[target_feature(enable = "avx512f,popcnt")]
+    fn row_numbers(first: u32) -> __m512i {
+        let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        _mm512_add_epi32(lanes, _mm512_set1_epi32(first as i32))
+    }
+
+    /// Writes the kept rows of a group of 16 (`keep`: lanes != 0 or NaN) and its two halves
+    /// of widened values at `kept`; returns the new count.
+    #[inline]
+    #[target_feature(enable = "avx512f,popcnt")]
+    fn store_group(
+        keep: __mmask16,
+        row: __m512i,
+        low: __m512d,
+        high: __m512d,
+        rows: &mut [u32],
+        values: &mut [f64],
+        kept: usize,
+    ) -> usize {
+        let (keep_low, keep_high) = (keep as u8, (keep >> 8) as u8);
+        let low_count = keep_low.count_ones() as usize;
+        let rows = &mut rows[kept..kept + 16];
+        let values = &mut values[kept..kept + 16];
+        // SAFETY: each store writes 16 u32 or 8 f64 into a slice that long or longer
+        // (bounds checked just above); unaligned stores are allowed.
+        unsafe {
+            _mm512_storeu_si512(
+                rows.as_mut_ptr() as *mut __m512i,
+                _mm512_maskz_compress_epi32(keep, row),
+            );
+            _mm512_storeu_pd(values.as_mut_ptr(), _mm512_maskz_compress_pd(keep_low, low));
+            _mm512_storeu_pd(
+                values[low_count..low_count + 8].as_mut_ptr(),
+                _mm512_maskz_compress_pd(keep_high, high),
+            );
+        }
+        kept + keep.count_ones() as usize
+    }
+
+    /// [`super::compact_wide`] of float32 values (widened exactly, as `as f64` does).
+    #[target_feature(enable = "avx512f,popcnt")]
+    pub(super) fn compact_f32(
+        column: &[f32],
+        first_row: u32,
+        rows: &mut [u32],
+        values: &mut [f64],
+    ) -> usize {
+        let mut kept = 0;
+        let mut groups = column.chunks_exact(16);
+        for (g, group) in (&mut groups).enumerate() {
+            // SAFETY: the group holds 16 floats; unaligned loads are allowed.
+            let v = unsafe { _mm512_loadu_ps(group.as_ptr()) };
+            // not equal, or unordered: a NaN is kept, as `!= 0.0` keeps it
+            let keep = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(v, _mm512_setzero_ps());
+            let low = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+            let high = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+                _mm512_castps_pd(v),
+            )));
+            let row = row_numbers(first_row + (g * 16) as u32);
+            kept = store_group(keep, row, low, high, rows, values, kept);
+        }
+        let start = column.len() - groups.remainder().len();
+        for (j, &v) in groups.remainder().iter().enumerate() {
+            let v = v as f64;
+            if v != 0.0 {
+                rows[kept] = first_row + (start + j) as u32;
+                values[kept] = v;
+                kept += 1;
+            }
+        }
+        kept
+    }
+
+    /// [`super::compact_wide`] of float64 values.
+    #[target_feature(enable = "avx512f,popcnt")]
+    pub(super) fn compact_f64(
+        column: &[f64],
+        first_row: u32,
+        rows: &mut [u32],
+        values: &mut [f64],
+    ) -> usize {
+        let mut kept = 0;
+        let mut groups = column.chunks_exact(16);
+        for (g, group) in (&mut groups).enumerate() {
+            // SAFETY: the group holds 16 doubles; unaligned loads are allowed.
+            let (low, high) = unsafe {
+                (
+                    _mm512_loadu_pd(group.as_ptr()),
+                    _mm512_loadu_pd(group[8..].as_ptr()),
+                )
+            };
+            let zero = _mm512_setzero_pd();
+            let keep = _mm512_cmp_pd_mask::<_CMP_NEQ_UQ>(low, zero) as u16
+                | (_mm512_cmp_pd_mask::<_CMP_NEQ_UQ>(high, zero) as u16) << 8;
+            let row = row_numbers(first_row + (g * 16) as u32);
+            kept = store_group(keep, row, low, high, rows, values, kept);
+        }
+        let start = column.len() - groups.remainder().len();
+        for (j, &v) in groups.remainder().iter().enumerate() {
+            if v != 0.0 {
+                rows[kept] = first_row + (start + j) as u32;
+                values[kept] = v;
+                kept += 1;
+            }
+        }
+        kept
+    }
+}
+
 // The loops over whole columns, compiled for each instruction set (see `simd`).
 crate::simd::widest! {
 /// [`MatrixView::columns_into_at`].
 fn columns_into_at<E: Element>(view: &MatrixView<'_, E>, cols: &[usize], out: &mut [f64], out_rows: usize) {
     debug_assert!(cols.is_empty() || out.len() >= (cols.len() - 1) * out_rows + view.rows);
+    if view.columns_contiguous(cols) {
+        for (j, &c) in cols.iter().enumerate() {
+            let column = view.column_slice(c).expect("contiguous columns");
+            for (d, &v) in out[j * out_rows..j * out_rows + view.rows].iter_mut().zip(column) {
+                *d = v.to_f64();
+            }
+        }
+        return;
+    }
+    if let [c] = cols {
+        // one strided column (a column of a row-major matrix): one strided walk
+        let base = c * view.col_stride;
+        for (i, d) in out[..view.rows].iter_mut().enumerate() {
+            *d = view.data[base + i * view.row_stride].to_f64();
+        }
+        return;
+    }
     let consecutive = !cols.is_empty() && cols.windows(2).all(|w| w[1] == w[0] + 1);
     if consecutive && view.col_stride == 1 {
         // Tiles of 8 rows: each column's 8 values are one cache line of output, and a tile's
@@ -198,6 +460,20 @@ fn nonzeros_into_at<E: Element>(
     value: &mut [Vec<f64>],
     row_offset: usize,
 ) {
+    if view.columns_contiguous(cols) {
+        for (j, &c) in cols.iter().enumerate() {
+            let column = view.column_slice(c).expect("contiguous columns");
+            column_nonzeros(column, row_offset, &mut index[j], &mut value[j]);
+        }
+        return;
+    }
+    if let [c] = cols {
+        // one strided column: gathered once, then compacted as a contiguous one
+        let mut column = Vec::with_capacity(view.rows);
+        view.gather_column(*c, &mut column);
+        column_nonzeros(&column, row_offset, &mut index[0], &mut value[0]);
+        return;
+    }
     // Consecutive columns of a row-major matrix are one slice per row.
     let consecutive = !cols.is_empty() && cols.windows(2).all(|w| w[1] == w[0] + 1);
     let span = cols.first().map_or(0..0, |&c| c..cols[cols.len() - 1] + 1);
@@ -232,6 +508,46 @@ fn nonzeros_into_at<E: Element>(
     }
 }
 
+/// Appends the nonzero entries (NaN included) of one contiguous column to `index` (as
+/// `row + row_offset`) and `value`, rows ascending.
+fn column_nonzeros<E: Element>(column: &[E], row_offset: usize, index: &mut Vec<u32>, value: &mut Vec<f64>) {
+    // Counted first, then compacted without a branch per value (a concept's
+    // nonzeros fall at random rows): 16 values at a time by AVX-512 compress where
+    // the CPU has it, else one at a time with runs of 16 zeros skipped. The slack
+    // takes the writes past the last nonzero.
+    let nnz = count_nonzeros(column);
+    let start = index.len();
+    index.resize(start + nnz + COMPACT_SLACK, 0);
+    value.resize(start + nnz + COMPACT_SLACK, 0.0);
+    let (rows, values) = (&mut index[start..], &mut value[start..]);
+    if let Some(kept) = compact_wide(column, row_offset as u32, rows, values) {
+        debug_assert_eq!(kept, nnz);
+        index.truncate(start + nnz);
+        value.truncate(start + nnz);
+        return;
+    }
+    let mut kept = 0;
+    for (r, run) in column.chunks(16).enumerate() {
+        if run.iter().map(|v| (v.to_f64() != 0.0) as u32).sum::<u32>() == 0 {
+            continue;
+        }
+        let first = (row_offset + r * 16) as u32;
+        for (ii, &v) in run.iter().enumerate() {
+            let v = v.to_f64();
+            rows[kept] = first + ii as u32;
+            values[kept] = v;
+            kept += (v != 0.0) as usize;
+        }
+    }
+    index.truncate(start + nnz);
+    value.truncate(start + nnz);
+}
+
+/// Whether every value of a slice is finite (folded without early exit, so that it vectorises).
+fn slice_finite<E: Element>(values: &[E]) -> bool {
+    values.iter().fold(true, |ok, v| ok & v.to_f64().is_finite())
+}
+
 /// Whether every value of rows `rows` in the column span `span` of a row-major view is finite
 /// (each row folded without early exit, so that the loop vectorises).
 fn rows_finite<E: Element>(view: &MatrixView<'_, E>, rows: std::ops::Range<usize>, span: std::ops::Range<usize>) -> bool {
@@ -250,16 +566,45 @@ fn check_finite<E: Element>(
     what: &'static str,
     columns: &[usize],
 ) -> Result<()> {
+    // Below this many values one thread scans faster than the pool can be woken.
+    const PARALLEL_VALUES: usize = 1 << 20;
+    let small = view.rows.saturating_mul(columns.len()) < PARALLEL_VALUES;
     let consecutive = !columns.is_empty() && columns.windows(2).all(|w| w[1] == w[0] + 1);
-    if consecutive && view.col_stride == 1 {
+    if view.columns_contiguous(columns) {
+        const CHUNK: usize = 1 << 16;
+        let chunk_finite = |&c: &usize| {
+            let column = view.column_slice(c).expect("contiguous columns");
+            column.chunks(CHUNK).all(slice_finite)
+        };
+        let all_finite = if small {
+            columns.iter().all(chunk_finite)
+        } else {
+            columns.par_iter().all(chunk_finite)
+        };
+        if all_finite {
+            return Ok(());
+        }
+    } else if let [c] = columns {
+        let base = c * view.col_stride;
+        let finite = (0..view.rows).fold(true, |ok, i| {
+            ok & view.data[base + i * view.row_stride].to_f64().is_finite()
+        });
+        if finite {
+            return Ok(());
+        }
+    } else if consecutive && view.col_stride == 1 {
         const CHUNK_ROWS: usize = 1024;
         let span = columns[0]..columns[columns.len() - 1] + 1;
-        let all_finite = (0..view.rows.div_ceil(CHUNK_ROWS))
-            .into_par_iter()
-            .all(|chunk| {
-                let rows = chunk * CHUNK_ROWS..((chunk + 1) * CHUNK_ROWS).min(view.rows);
-                rows_finite(view, rows, span.clone())
-            });
+        let chunk_finite = |chunk: usize| {
+            let rows = chunk * CHUNK_ROWS..((chunk + 1) * CHUNK_ROWS).min(view.rows);
+            rows_finite(view, rows, span.clone())
+        };
+        let chunks = view.rows.div_ceil(CHUNK_ROWS);
+        let all_finite = if small {
+            (0..chunks).all(chunk_finite)
+        } else {
+            (0..chunks).into_par_iter().all(chunk_finite)
+        };
         if all_finite {
             return Ok(());
         }
@@ -278,4 +623,105 @@ fn check_finite<E: Element>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The compaction of a contiguous column (AVX-512 for float32 and float64 where the CPU
+    /// has it, the scalar loop for float16) against a plain filter: zeros of both signs,
+    /// NaN, no nonzero, only nonzeros, one value, lengths around the 16-value groups, and a
+    /// row offset.
+    #[test]
+    fn column_nonzeros_match_a_plain_filter() {
+        let mut state = 3u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let mut columns: Vec<Vec<f64>> = Vec::new();
+        for n in [1usize, 2, 15, 16, 17, 31, 32, 33, 100, 1000] {
+            columns.push(
+                (0..n)
+                    .map(|_| match (next() * 6.0) as u32 {
+                        0 => 0.0,
+                        1 => -0.0,
+                        2 => f64::NAN,
+                        3 => -next(),
+                        _ => next() * 0.999 + 0.001,
+                    })
+                    .collect(),
+            );
+            columns.push(vec![0.0; n]);
+            columns.push(vec![-0.0; n]);
+            columns.push((0..n).map(|i| 1.0 + i as f64).collect());
+        }
+        fn check<E: Element>(column: &[E], offset: usize) {
+            let n = column.len();
+            let view = MatrixView::new(column, n, 1, 1, n).unwrap();
+            let (mut index, mut value) = (vec![vec![7u32]], vec![vec![0.5f64]]);
+            view.nonzeros_into_at(&[0], &mut index, &mut value, offset);
+            let want: Vec<(u32, u64)> = column
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.to_f64() != 0.0)
+                .map(|(i, v)| ((i + offset) as u32, v.to_f64().to_bits()))
+                .collect();
+            let got: Vec<(u32, u64)> = index[0][1..]
+                .iter()
+                .zip(&value[0][1..])
+                .map(|(&i, v)| (i, v.to_bits()))
+                .collect();
+            assert_eq!((index[0][0], value[0][0]), (7, 0.5), "what was there stays");
+            assert_eq!(got, want, "n = {n}");
+            assert_eq!(index[0].len(), value[0].len());
+        }
+        for c in &columns {
+            check(c, 0);
+            check(c, 1000);
+            let f32s: Vec<f32> = c.iter().map(|&v| v as f32).collect();
+            check(&f32s, 5);
+            let f16s: Vec<half::f16> = c.iter().map(|&v| half::f16::from_f64(v)).collect();
+            check(&f16s, 0);
+        }
+    }
+
+    /// One column of a row-major matrix (strided) reads as the same column copied out
+    /// contiguously: its values, its nonzeros and its first non-finite value.
+    #[test]
+    fn a_strided_column_reads_as_a_contiguous_one() {
+        let (rows, cols) = (37, 5);
+        let data: Vec<f64> = (0..rows * cols)
+            .map(|i| match i % 7 {
+                0 | 3 => 0.0,
+                5 => -0.0,
+                _ => i as f64 / 10.0,
+            })
+            .collect();
+        let view = MatrixView::row_major(&data, rows, cols).unwrap();
+        for c in 0..cols {
+            let column: Vec<f64> = (0..rows).map(|i| data[i * cols + c]).collect();
+            let contiguous = MatrixView::new(&column, rows, 1, 1, rows).unwrap();
+            let mut out = vec![f64::NAN; rows];
+            view.columns_into_at(&[c], &mut out, rows);
+            assert_eq!(out, column);
+            let (mut i1, mut v1) = (vec![Vec::new()], vec![Vec::new()]);
+            let (mut i2, mut v2) = (vec![Vec::new()], vec![Vec::new()]);
+            view.nonzeros_into_at(&[c], &mut i1, &mut v1, 3);
+            contiguous.nonzeros_into_at(&[0], &mut i2, &mut v2, 3);
+            assert_eq!((&i1, &v1), (&i2, &v2), "column {c}");
+            assert!(view.check_finite("x", &[c]).is_ok());
+        }
+        let mut bad = data.clone();
+        bad[11 * cols + 2] = f64::INFINITY;
+        let view = MatrixView::row_major(&bad, rows, cols).unwrap();
+        match view.check_finite("x", &[2]) {
+            Err(CoreError::NonFinite { row, column, .. }) => assert_eq!((row, column), (11, 2)),
+            other => panic!("{other:?}"),
+        }
+        assert!(view.check_finite("x", &[1]).is_ok());
+    }
 }

@@ -221,10 +221,8 @@ impl Needs {
                     n.order = true;
                     n.rank_products = true;
                 }
-                CorrelationTopRandom | SpearmanTopRandom => {
-                    n.order = true;
-                    n.top_random = true;
-                }
+                // (the top draws' pool is ordered on its own, not with all N)
+                CorrelationTopRandom | SpearmanTopRandom => n.top_random = true,
                 _ => {}
             }
         };
@@ -256,6 +254,16 @@ pub struct Params {
     pub top_random_alpha: f64,
     /// Seed of every random draw.
     pub seed: u64,
+    /// The units are already binary (the NeuronEval reference's `alpha=False`): the top set
+    /// b is {i : a_i != 0} instead of the top-alpha set (alpha is then unused), and the
+    /// top-random subset is all of b plus k inputs drawn from all N (the reference's
+    /// `*_top_and_random_binary`). Callers check that the units hold only 0 and 1.
+    pub binary_units: bool,
+    /// Values follow the NeuronEval reference implementation's conventions instead of
+    /// SPEC section 1's: where a metric is undefined it returns what the reference's clamped
+    /// denominators give (0 mostly; +inf for wpmi of an empty concept), and the correlations
+    /// carry its factor (m - 1) / m, m the number of inputs they are computed on.
+    pub reference_values: bool,
 }
 
 impl Default for Params {
@@ -266,6 +274,8 @@ impl Default for Params {
             top_random_k: 25,
             top_random_alpha: 0.002,
             seed: 0,
+            binary_units: false,
+            reference_values: false,
         }
     }
 }

@@ -65,9 +65,11 @@ pub fn robust_norm_slice(values: &[f64]) -> f64 {
 }
 
 crate::simd::widest! {
-/// The largest |v| of a long slice (0 when empty), in eight lanes.
+/// The largest |v| of a long slice of finite values (0 when empty), in eight lanes. (A
+/// comparison, not `f64::max`, whose NaN rule costs a blend per value.)
 pub fn max_abs_slice(values: &[f64]) -> f64 {
-    lanes(values, 0.0, |acc, v| acc.max(v.abs()), f64::max)
+    let larger = |acc: f64, v: f64| if v > acc { v } else { acc };
+    lanes(values, 0.0, |acc, v| larger(acc, v.abs()), larger)
 }
 
 /// [`robust_norm_slice`] when the largest |v| is already known.
@@ -83,10 +85,227 @@ pub fn robust_norm_slice_with_max(values: &[f64], max_abs: f64) -> f64 {
 }
 }
 
+/// ([`lane_sum`], [`max_abs_slice`]) of a long slice in one pass: the same lanes, so the
+/// same bits.
+pub fn sum_and_max_abs(values: &[f64]) -> (f64, f64) {
+    let whole = values.len() - values.len() % 8;
+    #[cfg(target_arch = "x86_64")]
+    let (mut sum, mut max) = if crate::simd::has_avx512() {
+        // SAFETY: the CPU has AVX-512F (checked just before).
+        unsafe { avx512::sum_and_max_abs_lanes(&values[..whole]) }
+    } else {
+        sum_and_max_abs_lanes(&values[..whole])
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let (mut sum, mut max) = sum_and_max_abs_lanes(&values[..whole]);
+    let larger = |acc: f64, v: f64| if v > acc { v } else { acc };
+    for (j, &v) in values[whole..].iter().enumerate() {
+        sum[j] += v;
+        max[j] = larger(max[j], v.abs());
+    }
+    (combine_lanes(sum, |a, b| a + b), combine_lanes(max, larger))
+}
+
+/// The centred values `a - mean` into `centred` and, in the same pass, the lanes of: the
+/// squares of `a * inv`, the centred values, their largest magnitude, their squares, and
+/// their smallest magnitude other than 0 (for [`centred_moments`]).
+fn centre_and_fold(a: &[f64], mean: f64, inv: f64, centred: &mut [f64]) -> [f64; 5] {
+    let whole = a.len() - a.len() % 8;
+    let (body, rest) = centred.split_at_mut(whole);
+    #[cfg(target_arch = "x86_64")]
+    let lanes = if crate::simd::has_avx512() {
+        // SAFETY: the CPU has AVX-512F (checked just before).
+        unsafe { avx512::centre_and_fold_lanes(&a[..whole], mean, inv, body) }
+    } else {
+        centre_and_fold_lanes(&a[..whole], mean, inv, body)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let lanes = centre_and_fold_lanes(&a[..whole], mean, inv, body);
+    let [mut a_squares, mut sum, mut max, mut squares, mut min] = lanes;
+    let larger = |acc: f64, v: f64| if v > acc { v } else { acc };
+    for (j, (&v, out)) in a[whole..].iter().zip(rest).enumerate() {
+        let c = v - mean;
+        *out = c;
+        a_squares[j] += (v * inv) * (v * inv);
+        sum[j] += c;
+        max[j] = larger(max[j], c.abs());
+        squares[j] += c * c;
+        min[j] = smaller_nonzero(min[j], c.abs());
+    }
+    let least = |x: f64, y: f64| if y < x { y } else { x };
+    [
+        combine_lanes(a_squares, |x, y| x + y),
+        combine_lanes(sum, |x, y| x + y),
+        combine_lanes(max, larger),
+        combine_lanes(squares, |x, y| x + y),
+        combine_lanes(min, least),
+    ]
+}
+
+/// The smaller of `acc` and a magnitude `v`, ignoring `v` = 0.
+#[inline(always)]
+fn smaller_nonzero(acc: f64, v: f64) -> f64 {
+    if v != 0.0 && v < acc {
+        v
+    } else {
+        acc
+    }
+}
+
+crate::simd::widest! {
+/// The lanes of [`sum_and_max_abs`] over whole groups of eight (portable).
+fn sum_and_max_abs_lanes(values: &[f64]) -> ([f64; 8], [f64; 8]) {
+    let larger = |acc: f64, v: f64| if v > acc { v } else { acc };
+    let (mut sum, mut max) = ([0.0; 8], [0.0; 8]);
+    for c in values.chunks_exact(8) {
+        for j in 0..8 {
+            sum[j] += c[j];
+            max[j] = larger(max[j], c[j].abs());
+        }
+    }
+    (sum, max)
+}
+
+/// The lanes of [`centre_and_fold`] over whole groups of eight (portable).
+fn centre_and_fold_lanes(a: &[f64], mean: f64, inv: f64, centred: &mut [f64]) -> [[f64; 8]; 5] {
+    let larger = |acc: f64, v: f64| if v > acc { v } else { acc };
+    let (mut a_squares, mut sum, mut max, mut squares) = ([0.0; 8], [0.0; 8], [0.0; 8], [0.0; 8]);
+    let mut min = [f64::INFINITY; 8];
+    for (x, out) in a.chunks_exact(8).zip(centred.chunks_exact_mut(8)) {
+        for j in 0..8 {
+            let c = x[j] - mean;
+            out[j] = c;
+            a_squares[j] += (x[j] * inv) * (x[j] * inv);
+            sum[j] += c;
+            max[j] = larger(max[j], c.abs());
+            squares[j] += c * c;
+            min[j] = smaller_nonzero(min[j], c.abs());
+        }
+    }
+    [a_squares, sum, max, squares, min]
+}
+}
+
+/// The same lanes with one AVX-512 vector per accumulator (lane j of a vector is lane j of
+/// the portable version's arrays; no multiply is fused with an add), which the compiler does
+/// not find on its own.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn lanes_of(v: __m512d) -> [f64; 8] {
+        let mut out = [0.0; 8];
+        // SAFETY: `out` holds 8 doubles; unaligned stores are allowed.
+        unsafe { _mm512_storeu_pd(out.as_mut_ptr(), v) };
+        out
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn sum_and_max_abs_lanes(values: &[f64]) -> ([f64; 8], [f64; 8]) {
+        let (mut sum, mut max) = (_mm512_setzero_pd(), _mm512_setzero_pd());
+        for c in values.chunks_exact(8) {
+            // SAFETY: the group holds 8 doubles; unaligned loads are allowed.
+            let v = unsafe { _mm512_loadu_pd(c.as_ptr()) };
+            sum = _mm512_add_pd(sum, v);
+            // max(x, acc) is x when x > acc, else acc: `larger`
+            max = _mm512_max_pd(_mm512_abs_pd(v), max);
+        }
+        (lanes_of(sum), lanes_of(max))
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn centre_and_fold_lanes(
+        a: &[f64],
+        mean: f64,
+        inv: f64,
+        centred: &mut [f64],
+    ) -> [[f64; 8]; 5] {
+        let (m, scale) = (_mm512_set1_pd(mean), _mm512_set1_pd(inv));
+        let zero = _mm512_setzero_pd();
+        let (mut a_squares, mut sum, mut max, mut squares) = (zero, zero, zero, zero);
+        let mut min = _mm512_set1_pd(f64::INFINITY);
+        for (x, out) in a.chunks_exact(8).zip(centred.chunks_exact_mut(8)) {
+            // SAFETY: both groups hold 8 doubles; unaligned loads and stores are allowed.
+            let v = unsafe { _mm512_loadu_pd(x.as_ptr()) };
+            let c = _mm512_sub_pd(v, m);
+            // SAFETY: as above.
+            unsafe { _mm512_storeu_pd(out.as_mut_ptr(), c) };
+            let s = _mm512_mul_pd(v, scale);
+            a_squares = _mm512_add_pd(a_squares, _mm512_mul_pd(s, s));
+            sum = _mm512_add_pd(sum, c);
+            let magnitude = _mm512_abs_pd(c);
+            max = _mm512_max_pd(magnitude, max);
+            squares = _mm512_add_pd(squares, _mm512_mul_pd(c, c));
+            let smaller = _mm512_cmp_pd_mask::<_CMP_LT_OQ>(magnitude, min)
+                & _mm512_cmp_pd_mask::<_CMP_NEQ_OQ>(magnitude, zero);
+            min = _mm512_mask_blend_pd(smaller, min, magnitude);
+        }
+        [
+            lanes_of(a_squares),
+            lanes_of(sum),
+            lanes_of(max),
+            lanes_of(squares),
+            lanes_of(min),
+        ]
+    }
+}
+
+/// For a slice `a` that is not constant, with mean `mean` and largest magnitude `max_abs`
+/// (finite): writes `a - mean` into `centred` and returns (||a||, the sum of the centred
+/// values, ||a - mean||), bit for bit [`robust_norm_slice_with_max`]`(a, max_abs)`,
+/// [`lane_sum`] and [`robust_norm_slice`] of the centred values, in one pass over `a` in
+/// the usual case. The centred norm's squares are summed unscaled there: scaling by a
+/// power of two commutes with every rounding while no square, sum or root leaves the
+/// normal range on either side, which the pass's smallest and largest magnitudes show
+/// (else a second pass sums the scaled squares as usual).
+pub fn centred_moments(
+    a: &[f64],
+    mean: f64,
+    max_abs: f64,
+    centred: &mut Vec<f64>,
+) -> (f64, f64, f64) {
+    resize_for_overwrite(centred, a.len());
+    let a_scale = if max_abs == 0.0 || !max_abs.is_finite() {
+        1.0
+    } else {
+        norm_scale(max_abs)
+    };
+    let [a_squares, sum, max, squares, min] = centre_and_fold(a, mean, 1.0 / a_scale, centred);
+    let norm = scaled_norm(max_abs, |_| a_squares);
+    let centred_norm = if max == 0.0 {
+        0.0
+    } else {
+        // squares of magnitudes in [2^-500 max(1, scale), 2^480] stay normal scaled and
+        // unscaled, and 2^32 of them stay finite
+        let scale = norm_scale(max);
+        let lowest = pow2(-500) * scale.max(1.0);
+        if max <= pow2(480) && min >= lowest && a.len() < 1 << 32 {
+            squares.sqrt()
+        } else {
+            robust_norm_slice_with_max(centred, max)
+        }
+    };
+    (norm, sum, centred_norm)
+}
+
+/// Combines eight lanes pairwise, as [`lanes`] does.
+#[inline(always)]
+fn combine_lanes(acc: [f64; 8], combine: impl Fn(f64, f64) -> f64) -> f64 {
+    let q = [
+        combine(acc[0], acc[4]),
+        combine(acc[1], acc[5]),
+        combine(acc[2], acc[6]),
+        combine(acc[3], acc[7]),
+    ];
+    combine(combine(q[0], q[2]), combine(q[1], q[3]))
+}
+
 /// sqrt(sum of (x / scale)^2) * scale for the power-of-two scale of `max_abs`; the closure
 /// gets 1 / scale and returns the sum.
 #[inline(always)]
-fn scaled_norm(max_abs: f64, scaled_square_sum: impl FnOnce(f64) -> f64) -> f64 {
+pub(crate) fn scaled_norm(max_abs: f64, scaled_square_sum: impl FnOnce(f64) -> f64) -> f64 {
     if max_abs == 0.0 || !max_abs.is_finite() {
         return max_abs;
     }
@@ -162,6 +381,83 @@ mod tests {
                 "{v} scaled by {s} is {scaled}"
             );
             assert_eq!(s.to_bits() & ((1u64 << 52) - 1), 0, "{s} is a power of two");
+        }
+    }
+
+    /// The one-pass moments against the passes they replace, bit for bit: ordinary values,
+    /// values whose centred squares would leave the normal range (tiny differences from the
+    /// mean, magnitudes near 2^500), exact zeros after centring, and every remainder length.
+    #[test]
+    fn one_pass_moments_match_separate_passes() {
+        let mut state = 11u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let mut cases: Vec<Vec<f64>> = Vec::new();
+        for n in [2usize, 3, 7, 8, 9, 17, 1000] {
+            cases.push((0..n).map(|_| next() - 0.3).collect());
+            cases.push(
+                (0..n)
+                    .map(|_| ((next() - 0.5) as f32) as f64 * 1e6)
+                    .collect(),
+            );
+            cases.push((0..n).map(|i| if i % 3 == 0 { 1.0 } else { 2.0 }).collect());
+            cases.push(
+                (0..n)
+                    .map(|i| 1.0 + (i % 2) as f64 * 2f64.powi(-52))
+                    .collect(),
+            );
+            cases.push((0..n).map(|_| (next() - 0.5) * 2f64.powi(495)).collect());
+            cases.push((0..n).map(|_| (next() - 0.5) * 2f64.powi(-490)).collect());
+            cases.push(
+                (0..n)
+                    .map(|i| if i == 0 { 1e-300 } else { 3e-300 })
+                    .collect(),
+            );
+            cases.push((0..n).map(|i| if i == 1 { 5.0 } else { 0.0 }).collect());
+        }
+        for a in &cases {
+            let (sum, max_abs) = sum_and_max_abs(a);
+            assert_eq!(sum.to_bits(), lane_sum(a).to_bits());
+            assert_eq!(max_abs.to_bits(), max_abs_slice(a).to_bits());
+            let mean = sum / a.len() as f64;
+            let mut centred = vec![9.0; 3];
+            let (norm, centred_sum, centred_norm) = centred_moments(a, mean, max_abs, &mut centred);
+            let want: Vec<f64> = a.iter().map(|v| v - mean).collect();
+            assert_eq!(centred, want);
+            assert_eq!(
+                norm.to_bits(),
+                robust_norm_slice_with_max(a, max_abs).to_bits()
+            );
+            assert_eq!(centred_sum.to_bits(), lane_sum(&want).to_bits());
+            assert_eq!(
+                centred_norm.to_bits(),
+                robust_norm_slice(&want).to_bits(),
+                "{a:?}"
+            );
+            // the portable lanes and the intrinsics' agree
+            #[cfg(target_arch = "x86_64")]
+            if crate::simd::has_avx512() {
+                let whole = a.len() - a.len() % 8;
+                let bits = |l: &[f64; 8]| l.map(f64::to_bits);
+                let portable = sum_and_max_abs_lanes(&a[..whole]);
+                // SAFETY: the CPU has AVX-512F (checked above).
+                let wide = unsafe { avx512::sum_and_max_abs_lanes(&a[..whole]) };
+                assert_eq!(
+                    (bits(&portable.0), bits(&portable.1)),
+                    (bits(&wide.0), bits(&wide.1))
+                );
+                let (mut c1, mut c2) = (vec![0.0; whole], vec![0.0; whole]);
+                let portable = centre_and_fold_lanes(&a[..whole], mean, 0.5, &mut c1);
+                // SAFETY: as above.
+                let wide =
+                    unsafe { avx512::centre_and_fold_lanes(&a[..whole], mean, 0.5, &mut c2) };
+                assert_eq!(portable.map(|l| bits(&l)), wide.map(|l| bits(&l)));
+                assert_eq!(c1, c2);
+            }
         }
     }
 

@@ -149,6 +149,8 @@ struct PairStats {
     products: Products,
     top_random_corr: f64,
     top_random_spearman: f64,
+    /// The size of the top-random subset (duplicates counted).
+    subset_len: f64,
     unit: Moments,
     concept: Moments,
 }
@@ -366,6 +368,7 @@ impl PairKernel {
                 .iter()
                 .map(|&i| col.find(i, n).map_or(0.0, |j| col.nz_value[j])),
         );
+        s.subset_len = unit.subset.len() as f64;
         s.top_random_corr = pearson(&unit.subset_a, &self.subset_c);
         // constant values have constant ranks, which pearson maps to NaN
         s.top_random_spearman = pearson(&unit.subset_rank, &rank(&self.subset_c).midrank);
@@ -400,6 +403,69 @@ fn sparse_products(unit: &UnitProfile, col: &ConceptColumn, needs: &Needs) -> Pr
 }
 
 fn value(m: Metric, s: &PairStats, params: &Params) -> f64 {
+    if params.reference_values {
+        reference_value(m, s, params)
+    } else {
+        library_value(m, s, params)
+    }
+}
+
+/// The NeuronEval reference implementation's value ([`Params::reference_values`]), from the
+/// same sums. Where SPEC's value is defined the two agree, except that the reference's
+/// correlations are r (m - 1) / m (it divides by m after normalising by the sample standard
+/// deviation). Where SPEC's value is NaN the reference's clamped denominators give: 0 for a
+/// ratio of counts (precision, the balanced accuracies' halves, auc and inverse_auc with one
+/// class), torcheval's 0 for an average precision without positives, 0 for the correlation or
+/// cosine of a constant or all-zero vector, a side mean of 0 in mad (so -mean(a) for an empty
+/// concept, mean(a) for a full one), and in wpmi a mean log over b of 0 for an empty b and
+/// -lam log(0) = +inf for an empty concept (NaN when lam = 0, as 0 * inf is). recall, f1, iou
+/// and accuracy divide without a clamp there, so their NaN stays.
+fn reference_value(m: Metric, s: &PairStats, params: &Params) -> f64 {
+    use Metric::*;
+    let clamped = |num: f64, den: f64| num / den.max(1.0);
+    let or_zero = |v: f64| if v.is_nan() { 0.0 } else { v };
+    let scaled = |r: f64, m: f64| or_zero(r) * ((m - 1.0) / m);
+    let tn = s.n - s.nb - s.ny + s.fwd.tp;
+    let unit = &s.unit;
+    match m {
+        Precision => clamped(s.fwd.tp, s.ny),
+        BalancedAccuracy => (clamped(s.fwd.tp, s.nb) + clamped(tn, s.n - s.nb)) / 2.0,
+        InverseBalancedAccuracy => (clamped(s.fwd.tp, s.ny) + clamped(tn, s.n - s.ny)) / 2.0,
+        Auc | InverseAuc | Auprc | InverseAuprc | Cosine => or_zero(library_value(m, s, params)),
+        Correlation | Spearman => scaled(library_value(m, s, params), s.n),
+        CorrelationTopRandom | SpearmanTopRandom => {
+            scaled(library_value(m, s, params), s.subset_len)
+        }
+        Wpmi => {
+            let mean = s.concept.mean / s.concept.scale;
+            let log_mean = if mean == 0.0 {
+                f64::NEG_INFINITY
+            } else {
+                mean.ln()
+            };
+            clamped(s.fwd.log_sum, s.nb) - params.lambda * log_mean
+        }
+        Mad => {
+            let v = library_value(m, s, params);
+            let mean = unit.mean / unit.scale;
+            match (v.is_nan(), s.ny == 0.0) {
+                (false, _) => v,
+                (true, true) => -mean,
+                (true, false) => mean,
+            }
+        }
+        Recall | F1 | Iou | Accuracy => library_value(m, s, params),
+        combined => {
+            let (x, y) = combined
+                .components()
+                .expect("every other metric is a combination");
+            harmonic(reference_value(x, s, params), reference_value(y, s, params))
+        }
+    }
+}
+
+/// SPEC section 3's value of metric `m` (NaN where undefined, SPEC section 1).
+fn library_value(m: Metric, s: &PairStats, params: &Params) -> f64 {
     use Metric::*;
     let tn = s.n - s.nb - s.ny + s.fwd.tp;
     let (unit, col) = (&s.unit, &s.concept);
@@ -450,7 +516,7 @@ fn value(m: Metric, s: &PairStats, params: &Params) -> f64 {
             let (x, y) = combined
                 .components()
                 .expect("every other metric is a combination");
-            harmonic(value(x, s, params), value(y, s, params))
+            harmonic(library_value(x, s, params), library_value(y, s, params))
         }
     }
 }
@@ -549,6 +615,7 @@ impl Table {
             },
             top_random_corr: f64::NAN,
             top_random_spearman: f64::NAN,
+            subset_len: 0.0,
             unit,
             concept,
         }

@@ -264,9 +264,138 @@ fn radix_passes<
     }
 }
 
+/// Into `top` (cleared first), ascending, the inputs i with `values[i] >= cut`, where cut is
+/// the `k`-th largest value (1 <= k <= n; by `total_cmp`, descending; the cut is only
+/// compared with `>=`, so which zero it is does not matter). For a small k the cut is
+/// found among the candidates at or above a threshold read off a sample, which holds every
+/// input at or above the cut whenever at least k candidates hold it: one scan of the values
+/// and a selection among a few thousand, instead of a selection over a copy of all N.
+pub fn top_k_set_into(values: &[f64], k: usize, top: &mut Vec<u32>) {
+    let n = values.len();
+    debug_assert!(1 <= k && k <= n);
+    top.clear();
+    // Every STRIDE-th value, and the position in its descending order whose value about
+    // twice k inputs reach, less likely to be over k by chance.
+    const STRIDE: usize = 32;
+    let sample_len = n / STRIDE;
+    let position = 2 * k / STRIDE + 16;
+    if sample_len >= 256 && position < sample_len / 4 {
+        let mut sample: Vec<f64> = values
+            .iter()
+            .step_by(STRIDE)
+            .take(sample_len)
+            .copied()
+            .collect();
+        let (_, threshold, _) = sample.select_nth_unstable_by(position, |x, y| y.total_cmp(x));
+        let threshold = *threshold;
+        indices_at_least(values, threshold, top);
+        // {v >= threshold} holds the largest values in the total order too (a value below
+        // it is below every candidate), so the k-th largest candidate is the k-th overall.
+        if top.len() >= k {
+            let mut candidates: Vec<f64> = top.iter().map(|&i| values[i as usize]).collect();
+            let (_, cut, _) = candidates.select_nth_unstable_by(k - 1, |x, y| y.total_cmp(x));
+            let cut = *cut;
+            top.retain(|&i| values[i as usize] >= cut);
+            return;
+        }
+        top.clear();
+    }
+    let mut scratch = values.to_vec();
+    let (_, cut, _) = scratch.select_nth_unstable_by(k - 1, |x, y| y.total_cmp(x));
+    indices_at_least(values, *cut, top);
+}
+
+crate::simd::widest! {
+/// Appends to `out`, ascending, the inputs i with `values[i] >= threshold`; eight values
+/// are compared at once and only a group with a member is walked.
+fn indices_at_least(values: &[f64], threshold: f64, out: &mut Vec<u32>) {
+    let mut groups = values.chunks_exact(8);
+    for (g, group) in (&mut groups).enumerate() {
+        if group.iter().fold(false, |any, &v| any | (v >= threshold)) {
+            for (j, &v) in group.iter().enumerate() {
+                if v >= threshold {
+                    out.push((g * 8 + j) as u32);
+                }
+            }
+        }
+    }
+    let start = values.len() - groups.remainder().len();
+    for (j, &v) in groups.remainder().iter().enumerate() {
+        if v >= threshold {
+            out.push((start + j) as u32);
+        }
+    }
+}
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sampled selection against a full selection over a copy, on ties, equal values,
+    /// zeros of both signs, a single value, k = n, sorted runs and values that only the
+    /// sampled positions hold (the sample then overshoots and the full selection runs).
+    #[test]
+    fn top_k_set_matches_a_full_selection() {
+        let simple = |values: &[f64], k: usize| -> Vec<u32> {
+            let mut copy = values.to_vec();
+            let (_, cut, _) = copy.select_nth_unstable_by(k - 1, |x, y| y.total_cmp(x));
+            let cut = *cut;
+            (0..values.len() as u32)
+                .filter(|&i| values[i as usize] >= cut)
+                .collect()
+        };
+        let mut state = 7u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let n = 40_000;
+        let mut cases: Vec<Vec<f64>> = vec![
+            (0..n).map(|_| next() - 0.5).collect(),
+            (0..n).map(|_| (next() * 5.0).floor()).collect(),
+            vec![1.5; n],
+            (0..n)
+                .map(|i| if i % 2 == 0 { 0.0 } else { -0.0 })
+                .collect(),
+            (0..n)
+                .map(|_| if next() < 0.9 { -0.0 } else { next() })
+                .collect(),
+            (0..n).map(|i| i as f64).collect(),
+            (0..n).map(|i| -(i as f64)).collect(),
+            // large values only at the sampled positions
+            (0..n)
+                .map(|i| if i % 32 == 0 { 10.0 + next() } else { next() })
+                .collect(),
+            vec![3.0],
+            vec![-0.0, 0.0],
+        ];
+        let ties_at_cut: Vec<f64> = (0..n)
+            .map(|i| {
+                if i < 300 {
+                    2.0
+                } else if i < 900 {
+                    1.0
+                } else {
+                    next()
+                }
+            })
+            .collect();
+        cases.push(ties_at_cut);
+        for values in &cases {
+            let n = values.len();
+            for k in [1, 2, 7, 100, 301, 500, 901, n / 10, n / 3, n - 1, n] {
+                if !(1..=n).contains(&k) {
+                    continue;
+                }
+                let mut got = Vec::new();
+                top_k_set_into(values, k, &mut got);
+                assert_eq!(got, simple(values, k), "n = {n}, k = {k}");
+            }
+        }
+    }
 
     #[test]
     fn radix_sort_matches_a_comparison_sort() {

@@ -32,3 +32,11 @@ pub(crate) fn prefetch<T>(p: *const T) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
 }
+
+/// Whether the CPU has AVX-512F and POPCNT, for the few loops written with intrinsics
+/// (asked once; the answer is cached by the standard library).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(crate) fn has_avx512() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("popcnt")
+}

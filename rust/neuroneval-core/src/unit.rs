@@ -2,8 +2,8 @@
 
 use crate::metric::{top_count, Needs, Params};
 use crate::numeric::{
-    lane_sum, magnitude_scale, max_abs_slice, robust_norm, robust_norm_slice,
-    robust_norm_slice_with_max,
+    centred_moments, lane_sum, magnitude_scale, robust_norm, robust_norm_slice,
+    robust_norm_slice_with_max, sum_and_max_abs,
 };
 use crate::radix::SortScratch;
 use crate::ranks::{centred_rank_norm, rank, rank_into_with, tie_term, Ranking};
@@ -79,27 +79,30 @@ impl UnitProfile {
         let n = a.len();
         self.n = n;
         let constant = a.iter().all(|&v| v == a[0]);
-        self.mean = if constant {
-            a[0]
-        } else {
-            lane_sum(a) / n as f64
-        };
-        self.centred.clear();
-        self.scale = 1.0;
         // The centred values, their sum and the norms serve the products and label sums only.
-        if needs.products || needs.inverse_sums {
-            // the pass that the norm of a needs anyway
-            let max_abs = max_abs_slice(a);
+        let moments = needs.products || needs.inverse_sums;
+        // the sum and the largest magnitude in one pass (the same lanes as apart)
+        let (sum, max_abs) = if moments || !constant {
+            sum_and_max_abs(a)
+        } else {
+            (0.0, 0.0)
+        };
+        self.mean = if constant { a[0] } else { sum / n as f64 };
+        self.scale = 1.0;
+        if moments {
             self.scale = magnitude_scale(max_abs);
-            if self.scale == 1.0 {
-                if constant {
-                    self.centred.resize(n, 0.0);
-                } else {
-                    let mean = self.mean;
-                    self.centred.extend(a.iter().map(|v| v - mean));
-                }
+            if self.scale == 1.0 && !constant {
+                // the centred values, their sum and both norms in one pass
+                (self.norm, self.centred_sum, self.centred_norm) =
+                    centred_moments(a, self.mean, max_abs, &mut self.centred);
+            } else if self.scale == 1.0 {
+                self.centred.clear();
+                self.centred.resize(n, 0.0);
                 self.norm = robust_norm_slice_with_max(a, max_abs);
+                self.centred_sum = lane_sum(&self.centred);
+                self.centred_norm = robust_norm_slice(&self.centred);
             } else {
+                self.centred.clear();
                 // Tiny or huge values: the same steps on a * scale (exact), held in
                 // `centred` until they are centred in place.
                 let scale = self.scale;
@@ -114,10 +117,11 @@ impl UnitProfile {
                 for v in self.centred.iter_mut() {
                     *v = if constant { 0.0 } else { *v - mean };
                 }
+                self.centred_sum = lane_sum(&self.centred);
+                self.centred_norm = robust_norm_slice(&self.centred);
             }
-            self.centred_sum = lane_sum(&self.centred);
-            self.centred_norm = robust_norm_slice(&self.centred);
         } else {
+            self.centred.clear();
             (self.centred_sum, self.centred_norm, self.norm) = (0.0, 0.0, 0.0);
         }
 
@@ -152,12 +156,18 @@ impl UnitProfile {
         self.top.clear();
         self.in_top.clear();
         if needs.top_set {
-            top_alpha_set_into(
-                a,
-                params.alpha,
-                (!self.order.is_empty()).then_some(&self.order[..]),
-                &mut self.top,
-            );
+            if params.binary_units {
+                // already binary: b is where the unit is 1 (its nonzeros), ascending
+                self.top
+                    .extend((0..n as u32).filter(|&i| a[i as usize] != 0.0));
+            } else {
+                top_alpha_set_into(
+                    a,
+                    params.alpha,
+                    (!self.order.is_empty()).then_some(&self.order[..]),
+                    &mut self.top,
+                );
+            }
             self.in_top.resize(n, false);
             for &i in &self.top {
                 self.in_top[i as usize] = true;
@@ -168,7 +178,16 @@ impl UnitProfile {
         self.subset_a.clear();
         self.subset_rank.clear();
         if needs.top_random {
-            self.subset = top_random_subset(&self.order, unit, params);
+            self.subset = if params.binary_units {
+                binary_top_random_subset(a, unit, params)
+            } else if self.order.is_empty() {
+                // only the top draws' pool needs ordering, not all N
+                let pool = top_count(params.top_random_alpha, n);
+                let head = descending_head(a, pool);
+                top_random_subset_by(n, |j| head[j], unit, params)
+            } else {
+                top_random_subset(&self.order, unit, params)
+            };
             self.subset_a = self.subset.iter().map(|&i| a[i as usize]).collect();
             self.subset_rank = rank(&self.subset_a).midrank;
         }
@@ -192,16 +211,15 @@ pub fn top_alpha_set(a: &[f64], alpha: f64, order: Option<&[u32]>) -> Vec<u32> {
 pub fn top_alpha_set_into(a: &[f64], alpha: f64, order: Option<&[u32]>, top: &mut Vec<u32>) {
     top.clear();
     let n_top = top_count(alpha, a.len());
-    let cut = match order {
-        Some(order) => a[order[n_top - 1] as usize],
-        None => {
-            let mut scratch = a.to_vec();
-            let (_, cut, _) = scratch.select_nth_unstable_by(n_top - 1, |x, y| y.total_cmp(x));
-            *cut
+    match order {
+        Some(order) => {
+            let cut = a[order[n_top - 1] as usize];
+            // One pass in input order: the set comes out ascending, whatever found the cut.
+            top.extend((0..a.len() as u32).filter(|&i| a[i as usize] >= cut));
         }
-    };
-    // One pass in input order: the set comes out ascending, whatever found the cut.
-    top.extend((0..a.len() as u32).filter(|&i| a[i as usize] >= cut));
+        // the same set, ascending, by a selection ([`crate::radix::top_k_set_into`])
+        None => crate::radix::top_k_set_into(a, n_top, top),
+    }
 }
 
 /// k inputs drawn without replacement from the unit's top ceil(alpha N) (by the unique
@@ -209,6 +227,38 @@ pub fn top_alpha_set_into(a: &[f64], alpha: f64, order: Option<&[u32]>, top: &mu
 /// Each unit seeds its own stream, so results do not depend on the thread count.
 pub fn top_random_subset(order: &[u32], unit: usize, params: &Params) -> Vec<u32> {
     top_random_subset_by(order.len(), |j| order[j], unit, params)
+}
+
+/// The first `count` inputs of the descending order (ties by index, 0 and -0 equal, as the
+/// full order has them), without ordering all N: the inputs at or above the count-th largest
+/// value, sorted.
+fn descending_head(a: &[f64], count: usize) -> Vec<u32> {
+    let mut head = Vec::new();
+    crate::radix::top_k_set_into(a, count, &mut head);
+    // finite values: partial_cmp is total here, and equal for 0 and -0
+    head.sort_unstable_by(|&i, &j| {
+        a[j as usize]
+            .partial_cmp(&a[i as usize])
+            .expect("finite activations")
+            .then(i.cmp(&j))
+    });
+    head.truncate(count);
+    head
+}
+
+/// The top-random subset of a unit that is already binary ([`Params::binary_units`]): every
+/// input where it is nonzero (ascending), plus k drawn without replacement from all N,
+/// duplicates kept, as the reference's `*_top_and_random_binary` take it.
+pub fn binary_top_random_subset(a: &[f64], unit: usize, params: &Params) -> Vec<u32> {
+    let n = a.len();
+    let mut rng = SplitMix64::for_stream(params.seed, unit as u64);
+    let mut subset: Vec<u32> = (0..n as u32).filter(|&i| a[i as usize] != 0.0).collect();
+    subset.extend(
+        rng.sample_without_replacement(n, params.top_random_k.min(n))
+            .into_iter()
+            .map(|j| j as u32),
+    );
+    subset
 }
 
 /// [`top_random_subset`] with the descending order given as a function of the position.
@@ -290,8 +340,9 @@ impl SparseEntries {
 impl UnitProfile {
     /// The profile of a unit of `n` inputs given by its nonzero entries (`rows` ascending,
     /// `values` != 0 and finite). Returns false, leaving the profile unusable, when the
-    /// top-alpha set is neither inside the entries nor every input: the caller then builds
-    /// the dense profile. Requires at least one zero entry.
+    /// top-alpha set is neither inside the entries nor every input, or when the units are
+    /// already binary ([`Params::binary_units`]) and a top set is needed: the caller then
+    /// builds the dense profile. Requires at least one zero entry.
     #[allow(clippy::too_many_arguments)]
     pub fn rebuild_sparse(
         &mut self,
@@ -303,6 +354,9 @@ impl UnitProfile {
         params: &Params,
         scratch: &mut SortScratch,
     ) -> bool {
+        if params.binary_units && (needs.top_set || needs.top_random) {
+            return false;
+        }
         let nnz = rows.len();
         debug_assert!(nnz < n);
         let n_zero = n - nnz;
@@ -437,4 +491,43 @@ fn sparse_ranks(sp: &mut SparseEntries, n: usize) -> f64 {
     sp.zero_centred_rank = (n + 1) as f64 - (first + 1 + last) as f64 / 2.0 - mid;
     sp.zero_at_least = last as u32;
     centred_rank_norm(n, tie_sum + tie_term(sp.n_zero))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The head of the descending order without the full sort equals the full sort's first
+    /// positions, on ties, zeros of both signs, sorted runs, and every head length.
+    #[test]
+    fn descending_head_is_the_start_of_the_full_order() {
+        let mut s = 7u64;
+        let mut next = || {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let n = 3000;
+        let cases: Vec<Vec<f64>> = vec![
+            (0..n).map(|_| (next() * 5.0).floor()).collect(),
+            (0..n)
+                .map(|i| if i % 2 == 0 { 0.0 } else { -0.0 })
+                .collect(),
+            (0..n)
+                .map(|_| if next() < 0.8 { -0.0 } else { next() - 0.5 })
+                .collect(),
+            (0..n).map(|i| i as f64).collect(),
+            (0..n).map(|i| -(i as f64)).collect(),
+            (0..n).map(|_| next()).collect(),
+            vec![1.5],
+        ];
+        for a in &cases {
+            let full = crate::radix::sort_descending(a);
+            for count in [1, 2, 7, 31, 100, a.len() / 2, a.len()] {
+                let count = count.clamp(1, a.len());
+                assert_eq!(descending_head(a, count), full[..count], "count {count}");
+            }
+        }
+    }
 }

@@ -188,4 +188,72 @@ proptest! {
             }
         }
     }
+
+    /// The NeuronEval reference's conventions (units already binary, the reference's values
+    /// where SPEC's are undefined) agree on every path: the pair kernel, the matrix sweeps of
+    /// a dense source, and a sparse source (as `sparse_units_match_dense_units`, to rounding:
+    /// a sparse unit's products come from its entries). Units include an all-zero and an
+    /// all-one one; concepts an empty one.
+    #[test]
+    fn reference_conventions_agree_on_every_path(
+        n in 30usize..150,
+        seed in any::<u64>(),
+        ones in 0.0f64..0.6,
+        binary_units in any::<bool>(),
+        reference_values in any::<bool>(),
+    ) {
+        let (k, t) = (4, 3);
+        let mut s = seed;
+        let mut next = || { s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407); (s >> 33) as f64 / (1u64 << 31) as f64 };
+        let mut a = vec![0.0; n * k];
+        for i in 0..n {
+            a[i * k] = if next() < ones { 1.0 } else { 0.0 };
+            a[i * k + 1] = if next() < 0.1 { 1.0 } else { 0.0 };
+            a[i * k + 3] = 1.0; // unit 2 stays all zero
+        }
+        // concept 0 binary, 1 soft, 2 empty
+        let c: Vec<f64> = (0..n * t).map(|j| {
+            let r = next();
+            match j % t {
+                0 if r < 0.03 => 1.0,
+                1 if r < 0.02 => 0.7,
+                1 if r < 0.04 => 0.2,
+                _ => 0.0,
+            }
+        }).collect();
+        let density = c.iter().filter(|&&v| v != 0.0).count() as f64 / c.len() as f64;
+        prop_assume!(density <= DENSE_PRODUCT_DENSITY);
+        let mut indptr = vec![0i64];
+        let (mut indices, mut values) = (Vec::new(), Vec::new());
+        for u in 0..k {
+            for i in 0..n {
+                if a[i * k + u] != 0.0 {
+                    indices.push(i as i64);
+                    values.push(a[i * k + u]);
+                }
+            }
+            indptr.push(indices.len() as i64);
+        }
+        let sparse = SparseColumns::new(n, &indptr, &indices, &values).unwrap();
+        let av = MatrixView::row_major(&a, n, k).unwrap();
+        let cv = MatrixView::row_major(&c, n, t).unwrap();
+        let params = Params { alpha: 0.1, top_random_k: 7, binary_units, reference_values, ..Params::default() };
+        let metrics = Metric::ALL.to_vec();
+        let pairs: Vec<(i64, i64)> = (0..k as i64).flat_map(|u| (0..t as i64).map(move |c| (u, c))).collect();
+        let kernel = score_pairs(&av, &cv, &pairs, &metrics, &params).unwrap();
+        for source in [&av as &dyn neuroneval_core::MatrixSource, &sparse] {
+            let got = score_matrix(source, &cv, &metrics, &params, 0).unwrap();
+            for (m, (x, y)) in got.iter().zip(&kernel).enumerate() {
+                for (p, (u, v)) in x.iter().zip(y).enumerate() {
+                    prop_assert!(u == v || (u - v).abs() <= 1e-12 * v.abs().max(1.0) || (u.is_nan() && v.is_nan()),
+                        "{} pair {}: matrix {} vs pair kernel {}", metrics[m].name(), p, u, v);
+                }
+            }
+        }
+        // an empty concept: the reference's values are numbers where SPEC's are NaN
+        let precision = metrics.iter().position(|m| m.name() == "precision").unwrap();
+        let empty = kernel[precision][2];
+        let expected = if reference_values { empty == 0.0 } else { empty.is_nan() };
+        prop_assert!(expected, "precision of an empty concept: {}", empty);
+    }
 }

@@ -15,9 +15,11 @@ static POOL: Mutex<Option<(u32, usize, Arc<ThreadPool>)>> = Mutex::new(None);
 /// The requested counts above the CPU count already warned about: one warning per value.
 static WARNED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
-/// The CPUs this process may run on.
+/// The CPUs this process may run on, asked once (the query reads cgroup files, which costs
+/// more than a small call).
 fn cpu_count() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// `NEURONEVAL_NUM_THREADS` when set (a positive integer, else an error), else the CPU count;
@@ -93,6 +95,67 @@ pub fn run<T: Send>(
 ) -> PyResult<T> {
     let pool = pool(py)?;
     py.detach(|| pool.install(f)).map_err(to_py_err)
+}
+
+/// Below this many input values a call runs on the calling thread: handing it to the pool
+/// and back (two wake-ups) costs about as much as the work itself, and a second thread
+/// could save at most part of it.
+pub const INLINE_VALUES: usize = 1 << 18;
+
+/// How much a call reads, for [`run_sized`]: `values` input values, and whether its work
+/// splits at all (one unit against one concept does not: each is transformed by one thread).
+#[derive(Clone, Copy, Debug)]
+pub struct Work {
+    pub values: usize,
+    pub splits: bool,
+}
+
+impl Work {
+    /// `n` inputs of `units` units and `concepts` concepts.
+    pub fn of(n: usize, units: usize, concepts: usize) -> Work {
+        Work {
+            values: n.saturating_mul(units.saturating_add(concepts)),
+            splits: units > 1 || concepts > 1,
+        }
+    }
+}
+
+thread_local! {
+    /// A one-thread pool made of the calling thread itself (rayon's own fallback where
+    /// threads cannot be spawned), so a small call runs where it was made. Built once per
+    /// thread that makes one; a forked child keeps it, and it spawns nothing.
+    static INLINE: Option<ThreadPool> = ThreadPoolBuilder::new()
+        .num_threads(1)
+        .use_current_thread()
+        .build()
+        .ok();
+}
+
+/// [`run`], or on the calling thread (still without the GIL) when `work` is too small to
+/// gain from the pool ([`INLINE_VALUES`]) or does not split. Results do not depend on which:
+/// no value depends on the number of threads.
+pub fn run_sized<T: Send>(
+    py: Python<'_>,
+    work: Work,
+    f: impl FnOnce() -> Result<T, CoreError> + Send,
+) -> PyResult<T> {
+    if work.splits && work.values >= INLINE_VALUES {
+        return run(py, f);
+    }
+    // The environment's thread count is still validated (and warned about) on every call.
+    configured_threads(py)?;
+    let mut f = Some(f);
+    let inline = py.detach(|| {
+        INLINE.with(|pool| {
+            pool.as_ref()
+                .map(|pool| pool.install(|| f.take().expect("called once")()))
+        })
+    });
+    match inline {
+        Some(result) => result.map_err(to_py_err),
+        // (this thread already belongs to another rayon pool)
+        None => run(py, f.take().expect("not called")),
+    }
 }
 
 /// The number of threads the next call will use (`NEURONEVAL_NUM_THREADS`, at most the CPU

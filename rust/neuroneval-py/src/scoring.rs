@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use crate::convert::{self, with_view, ConceptsArg, FloatMatrix, SourceArg};
 use crate::errors::{shape_error, to_py_err};
 use crate::params::ScoreParams;
-use crate::pool::run;
+use crate::pool::{run_sized, Work};
 
 /// Concepts validated and transformed once, for scoring many blocks of units against them.
 #[pyclass(frozen, module = "neuroneval._core")]
@@ -43,15 +43,29 @@ pub fn prepare_concepts(
     let metrics = convert::metrics(&metrics)?;
     let c = convert::source(&concepts, "concepts")?;
     let c = &*c;
-    let set = run(py, || {
+    let set = run_sized(py, Work::of(c.rows(), 0, c.cols()), || {
         ConceptSet::build(c, None, &Needs::of(&metrics), true)
     })?;
     Ok(PreparedConcepts { set })
 }
 
+/// The call's parameters: `params` with the two conventions of the NeuronEval reference
+/// that only its drop-in (`neuroneval.compat.neuron_eval`) asks for.
+fn with_conventions(params: &ScoreParams, binary_units: bool, reference_values: bool) -> Params {
+    Params {
+        binary_units,
+        reference_values,
+        ..params.0
+    }
+}
+
 /// Every requested metric for all (unit, concept) pairs: a list of (K, T) float64 arrays.
+/// `binary_units` and `reference_values` as in the core's `Params`.
 #[pyfunction]
-#[pyo3(signature = (activations, concepts, metrics, params, first_unit=0))]
+#[pyo3(signature = (
+    activations, concepts, metrics, params, first_unit=0, *, binary_units=false, reference_values=false
+))]
+#[allow(clippy::too_many_arguments)]
 pub fn score_matrix<'py>(
     py: Python<'py>,
     activations: SourceArg<'py>,
@@ -59,15 +73,18 @@ pub fn score_matrix<'py>(
     metrics: Vec<String>,
     params: PyRef<'py, ScoreParams>,
     first_unit: usize,
+    binary_units: bool,
+    reference_values: bool,
 ) -> PyResult<Vec<Bound<'py, PyArray2<f64>>>> {
     let metrics = convert::metrics(&metrics)?;
-    let params = params.0;
+    let params = with_conventions(&params, binary_units, reference_values);
     let a = convert::source(&activations, "activations")?;
     let a = &*a;
     let (scores, n_concepts) = match &concepts {
         ConceptsArg::Prepared(prepared) => {
             let set = &prepared.get().set;
-            let scores = run(py, || {
+            let work = Work::of(a.rows(), a.cols(), set.len());
+            let scores = run_sized(py, work, || {
                 neuroneval_core::score_matrix_with(a, set, &metrics, &params, first_unit)
             })?;
             (scores, set.len())
@@ -75,7 +92,8 @@ pub fn score_matrix<'py>(
         ConceptsArg::Source(arg) => {
             let c = convert::source(arg, "concepts")?;
             let c = &*c;
-            let scores = run(py, || {
+            let work = Work::of(a.rows(), a.cols(), c.cols());
+            let scores = run_sized(py, work, || {
                 neuroneval_core::score_matrix(a, c, &metrics, &params, first_unit)
             })?;
             (scores, c.cols())
@@ -89,7 +107,12 @@ pub fn score_matrix<'py>(
 }
 
 /// Every requested metric for the listed (unit, concept) pairs: a list of (P,) arrays.
+/// `binary_units` and `reference_values` as in the core's `Params`.
 #[pyfunction]
+#[pyo3(signature = (
+    activations, concepts, pairs, metrics, params, *, binary_units=false, reference_values=false
+))]
+#[allow(clippy::too_many_arguments)]
 pub fn score_pairs<'py>(
     py: Python<'py>,
     activations: SourceArg<'py>,
@@ -97,16 +120,20 @@ pub fn score_pairs<'py>(
     pairs: PyReadonlyArray2<'py, i64>,
     metrics: Vec<String>,
     params: PyRef<'py, ScoreParams>,
+    binary_units: bool,
+    reference_values: bool,
 ) -> PyResult<Vec<Bound<'py, PyArray1<f64>>>> {
     let metrics = convert::metrics(&metrics)?;
-    let params = params.0;
+    let params = with_conventions(&params, binary_units, reference_values);
     let list = convert::pairs(&pairs)?;
     let (a, c) = (
         convert::source(&activations, "activations")?,
         convert::source(&concepts, "concepts")?,
     );
     let (a, c) = (&*a, &*c);
-    let scores = run(py, || {
+    // (a pairs call transforms at most one unit and one concept per pair)
+    let work = Work::of(a.rows(), a.cols().min(list.len()), c.cols().min(list.len()));
+    let scores = run_sized(py, work, || {
         neuroneval_core::score_pairs(a, c, &list, &metrics, &params)
     })?;
     Ok(scores.into_iter().map(|s| s.into_pyarray(py)).collect())
@@ -151,7 +178,11 @@ pub fn table_scores<'py>(
         .map(|i| Table::new(n[i], n11[i], n10[i], n01[i]))
         .collect::<Result<Vec<_>, _>>()
         .map_err(to_py_err)?;
-    let scores = run(py, || core_table_scores(&tables, &metrics, lam))?;
+    let work = Work {
+        values: 4 * tables.len(),
+        splits: tables.len() > 1,
+    };
+    let scores = run_sized(py, work, || core_table_scores(&tables, &metrics, lam))?;
     Ok(scores.into_iter().map(|s| s.into_pyarray(py)).collect())
 }
 
@@ -173,9 +204,11 @@ pub fn rank_statistic_columns<'py>(
         }
     };
     let out = with_view!(&labels, "labels", |y| {
-        with_view!(&scores, "scores", |s| run(py, || single::columns(
-            stat, y, s
-        ))?)
+        with_view!(&scores, "scores", |s| run_sized(
+            py,
+            Work::of(y.rows(), y.cols(), s.cols()),
+            || single::columns(stat, y, s)
+        )?)
     });
     Ok(out.into_pyarray(py))
 }
