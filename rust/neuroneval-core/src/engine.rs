@@ -57,9 +57,30 @@ fn check_activations(
             activations.rows()
         )));
     }
+    if units.is_empty() {
+        return Ok(());
+    }
     activations
         .check_finite("activations", units)
         .map_err(|e| e.offset_by(0, first_unit))
+}
+
+/// The error `check_activations` gives for unit `unit` (its global index), from a copy of
+/// its values (the same first non-finite row).
+fn check_copy_finite(a: &[f64], unit: usize) -> Result<()> {
+    if a.iter().fold(true, |ok, v| ok & v.is_finite()) {
+        return Ok(());
+    }
+    let row = a
+        .iter()
+        .position(|v| !v.is_finite())
+        .expect("a non-finite value");
+    Err(CoreError::NonFinite {
+        what: "activations",
+        row,
+        column: unit,
+        value: a[row],
+    })
 }
 
 fn check_metrics(metrics: &[Metric]) -> Result<()> {
@@ -498,56 +519,75 @@ fn score_pairs_at(
         v
     };
     let (used_units, used_concepts) = (used(|p| p.0), used(|p| p.1));
-    check_activations(activations, concepts.rows(), &used_units, first_unit)?;
     let needs = Needs::of(metrics);
-    let set = ConceptSet::build(concepts, Some(&used_concepts), &needs, false)?;
-
-    // Pairs grouped by unit, so each unit is transformed once.
-    let mut by_unit: Vec<usize> = (0..pairs.len()).collect();
-    by_unit.sort_by_key(|&p| (pairs[p].0, p));
-    let groups: Vec<&[usize]> = by_unit
-        .chunk_by(|&x, &y| pairs[x].0 == pairs[y].0)
-        .collect();
-
     let n = activations.rows();
     let m = metrics.len();
-    let results: Vec<Vec<(usize, Vec<f64>)>> = groups
-        .par_iter()
-        .map(|group| {
-            let unit = pairs[group[0]].0 as usize;
-            with_pair_buffers(n, |bufs| {
-                let PairBuffers {
-                    a,
+
+    // One unit's pairs, from its values in `bufs.a`.
+    let score_unit = |bufs: &mut PairBuffers, unit: usize, group: &[usize], set: &ConceptSet| {
+        let PairBuffers {
+            a,
+            profile,
+            sort,
+            kernel,
+        } = bufs;
+        profile.rebuild(a, first_unit + unit, &needs, params, sort, true);
+        group
+            .iter()
+            .map(|&p| {
+                let c = used_concepts
+                    .binary_search(&(pairs[p].1 as usize))
+                    .expect("every used concept was built");
+                let mut row = vec![0.0; m];
+                kernel.score(
                     profile,
-                    sort,
-                    kernel,
-                } = bufs;
-                // every source writes all of `a`
-                resize_for_overwrite(a, n);
-                activations.columns_into(&[unit], a);
-                profile.rebuild(a, first_unit + unit, &needs, params, sort, true);
-                group
-                    .iter()
-                    .map(|&p| {
-                        let c = used_concepts
-                            .binary_search(&(pairs[p].1 as usize))
-                            .expect("every used concept was built");
-                        let mut row = vec![0.0; m];
-                        kernel.score(
-                            profile,
-                            &set.columns[c],
-                            &needs,
-                            params,
-                            Precomputed::default(),
-                            metrics,
-                            &mut row,
-                        );
-                        (p, row)
-                    })
-                    .collect()
+                    &set.columns[c],
+                    &needs,
+                    params,
+                    Precomputed::default(),
+                    metrics,
+                    &mut row,
+                );
+                (p, row)
             })
-        })
-        .collect();
+            .collect::<Vec<(usize, Vec<f64>)>>()
+    };
+
+    let results: Vec<Vec<(usize, Vec<f64>)>> = if let [unit] = used_units[..] {
+        // One unit (a caller scoring a pair at a time): copied first and checked on the copy,
+        // so that a strided column is read once. The checks keep their order: the
+        // activations' before the concepts'.
+        check_activations(activations, concepts.rows(), &[], first_unit)?;
+        let group: Vec<usize> = (0..pairs.len()).collect();
+        vec![with_pair_buffers(n, |bufs| {
+            // every source writes all of `a`
+            resize_for_overwrite(&mut bufs.a, n);
+            activations.columns_into(&[unit], &mut bufs.a);
+            check_copy_finite(&bufs.a, first_unit + unit)?;
+            let set = ConceptSet::build(concepts, Some(&used_concepts), &needs, false)?;
+            Ok::<_, CoreError>(score_unit(bufs, unit, &group, &set))
+        })?]
+    } else {
+        check_activations(activations, concepts.rows(), &used_units, first_unit)?;
+        let set = ConceptSet::build(concepts, Some(&used_concepts), &needs, false)?;
+        // Pairs grouped by unit, so each unit is transformed once.
+        let mut by_unit: Vec<usize> = (0..pairs.len()).collect();
+        by_unit.sort_by_key(|&p| (pairs[p].0, p));
+        let groups: Vec<&[usize]> = by_unit
+            .chunk_by(|&x, &y| pairs[x].0 == pairs[y].0)
+            .collect();
+        groups
+            .par_iter()
+            .map(|group| {
+                let unit = pairs[group[0]].0 as usize;
+                with_pair_buffers(n, |bufs| {
+                    resize_for_overwrite(&mut bufs.a, n);
+                    activations.columns_into(&[unit], &mut bufs.a);
+                    score_unit(bufs, unit, group, &set)
+                })
+            })
+            .collect()
+    };
 
     let mut outputs: Scores = metrics.iter().map(|_| vec![0.0; pairs.len()]).collect();
     for (p, row) in results.into_iter().flatten() {
