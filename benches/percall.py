@@ -65,7 +65,7 @@ class PercallSize:
         return (
             f"N = {self.n:,} inputs, torch float32 (N, 1) tensors: standard normal activations, binary "
             f"concepts with {self.positive_rate:.0%} positives; alpha = {ALPHA}; loops of {self.calls:,} "
-            f"calls over {self.t:,} concept columns"
+            f"calls in two layouts"
         )
 
 
