@@ -104,6 +104,14 @@ def _pearson(x: Any, y: Any, reference: bool) -> float:
     return r * (len(x) - 1) / len(x) if reference else r
 
 
+def _ranked(statistic: Callable[..., Any], labels: Any, scores: Any, reference: bool) -> float:
+    """sklearn's AUC or AP; undefined without a positive (and, for AUC, without a negative):
+    0 in the reference (its clamp, torcheval's AP), NaN in SPEC."""
+    if not labels.any() or (statistic is roc_auc_score and labels.all()):
+        return 0.0 if reference else math.nan
+    return float(statistic(labels, scores))
+
+
 def slow(name: str, a: Any, c: Any, alpha: Any = None, lam: float = 1.0, reference: bool = True) -> float:
     """One (unit, concept) pair by the formulas written out, in float64."""
     a, c = np.asarray(a, np.float64), np.asarray(c, np.float64)
@@ -115,13 +123,9 @@ def slow(name: str, a: Any, c: Any, alpha: Any = None, lam: float = 1.0, referen
     ny = int(y_lab.sum())
     if name in ("inverse_auc", "inverse_auprc", "correlation", "spearman_correlation", "cos_sim", "mad"):
         if name == "inverse_auc":
-            if ny in (0, n):
-                return 0.0 if reference else math.nan
-            return float(roc_auc_score(y_lab, a))
+            return _ranked(roc_auc_score, y_lab, a, reference)
         if name == "inverse_auprc":
-            if ny == 0:
-                return 0.0 if reference else math.nan
-            return float(average_precision_score(y_lab, a))
+            return _ranked(average_precision_score, y_lab, a, reference)
         if name == "correlation":
             return _pearson(a, c, reference)
         if name == "spearman_correlation":
@@ -151,13 +155,9 @@ def slow(name: str, a: Any, c: Any, alpha: Any = None, lam: float = 1.0, referen
     if name == "inverse_balanced_accuracy":
         return (_ratio(tp, ny, reference) + _ratio(tn, n - ny, reference)) / 2
     if name == "auc":
-        if nb in (0, n):
-            return 0.0 if reference else math.nan
-        return float(roc_auc_score(b, c))
+        return _ranked(roc_auc_score, b, c, reference)
     if name == "auprc":
-        if nb == 0:
-            return 0.0 if reference else math.nan
-        return float(average_precision_score(b, c))
+        return _ranked(average_precision_score, b, c, reference)
     if name == "wpmi":
         if c.mean() == 0 and not reference:
             return math.nan

@@ -338,13 +338,7 @@ fn lanes(
     for (j, &v) in chunks.remainder().iter().enumerate() {
         acc[j] = step(acc[j], v);
     }
-    let q = [
-        combine(acc[0], acc[4]),
-        combine(acc[1], acc[5]),
-        combine(acc[2], acc[6]),
-        combine(acc[3], acc[7]),
-    ];
-    combine(combine(q[0], q[2]), combine(q[1], q[3]))
+    combine_lanes(acc, combine)
 }
 
 /// Gives `v` length `n` for a caller that writes every element before reading any: a vector
