@@ -386,14 +386,14 @@ def _reference_function(info: MetricInfo, binary: bool, reference_values: bool, 
     return function
 
 
-def functions(reference_values: bool, module: str) -> dict[str, Callable[..., Any]]:
+def _functions(reference_values: bool, module: str) -> dict[str, Callable[..., Any]]:
     """Every function of the reference's metric module, generated from the core's facts, with
     ``reference_values`` defaulting to the given value; `__module__` is `module`."""
     return {name: _reference_function(info, binary, reference_values, module) for name, info, binary in _variants()}
 
 
 # One function per metric (and per binary top-and-random variant), from the core's facts.
-globals().update(functions(reference_values=False, module=__name__))
+globals().update(_functions(reference_values=False, module=__name__))
 
 if TYPE_CHECKING:
 

@@ -30,11 +30,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .neuron_eval import __all__ as _names
-from .neuron_eval import functions
+from .neuron_eval import _functions
 
 __all__ = list(_names)
 
-globals().update(functions(reference_values=True, module=__name__))
+globals().update(_functions(reference_values=True, module=__name__))
 
 if TYPE_CHECKING:
 
