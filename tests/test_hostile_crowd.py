@@ -677,6 +677,10 @@ def _plan_argv(acts: str = "acts.npy", model: str = "model.npy", pairs: str = "p
     return ["crowd", "plan", acts, model, "--pairs", pairs, "--budget", 30, *extra, "--out", "OUT/plan.parquet"]
 
 
+def _aggregate_argv(ratings: str = "ratings.csv", plan: str = "plan.parquet", *extra: Any) -> list[Any]:
+    return ["crowd", "aggregate", ratings, "--plan", plan, *extra, "--out", "OUT/l.csv"]
+
+
 def _simulate_argv(acts: str = "acts.npy", labels: str = "y.npy", model: str = "model.npy", *extra: Any) -> list[Any]:
     return ["crowd", "simulate", acts, labels, model, "--pairs", "pairs.csv", "--budgets", "30", "--trials", 2, *extra]
 
@@ -718,52 +722,52 @@ COMMAND_CASES = [
         _plan_argv("acts.npy", "model.npy", "pairs.csv", "--seed", 2**64), ["seed"], id="plan seed beyond 64 bits"
     ),
     pytest.param(
-        ["crowd", "aggregate", "gone.csv", "--plan", "plan.parquet", "--out", "OUT/l.csv"],
+        _aggregate_argv("gone.csv"),
         ["gone.csv", "does not exist"],
         id="aggregate ratings missing",
     ),
     pytest.param(
-        ["crowd", "aggregate", "dir.csv", "--plan", "plan.parquet", "--out", "OUT/l.csv"],
+        _aggregate_argv("dir.csv"),
         ["dir.csv", "directory"],
         id="aggregate ratings .csv a directory",
     ),
     pytest.param(
-        ["crowd", "aggregate", "empty.csv", "--plan", "plan.parquet", "--out", "OUT/l.csv"],
+        _aggregate_argv("empty.csv"),
         ["ratings", "empty"],
         id="aggregate empty ratings file",
     ),
     pytest.param(
-        ["crowd", "aggregate", "wrong.csv", "--plan", "plan.parquet", "--out", "OUT/l.csv"],
+        _aggregate_argv("wrong.csv"),
         ["ratings lack", "vote"],
         id="aggregate ratings wrong columns",
     ),
     pytest.param(
-        ["crowd", "aggregate", "text_votes.csv", "--plan", "plan.parquet", "--out", "OUT/l.csv"],
+        _aggregate_argv("text_votes.csv"),
         ["votes must be binary"],
         id="aggregate text votes",
     ),
     pytest.param(
-        ["crowd", "aggregate", "float_raters.csv", "--plan", "plan.parquet", "--eta", "estimate", "--out", "OUT/l.csv"],
+        _aggregate_argv("float_raters.csv", "plan.parquet", "--eta", "estimate"),
         ["rater"],
         id="aggregate float rater ids",
     ),
     pytest.param(
-        ["crowd", "aggregate", "ratings.csv", "--plan", "gone.csv", "--out", "OUT/l.csv"],
+        _aggregate_argv("ratings.csv", "gone.csv"),
         ["plan file", "does not exist"],
         id="aggregate plan missing",
     ),
     pytest.param(
-        ["crowd", "aggregate", "ratings.csv", "--plan", "dir.parquet", "--out", "OUT/l.csv"],
+        _aggregate_argv("ratings.csv", "dir.parquet"),
         ["plan file", "directory"],
         id="aggregate plan a directory",
     ),
     pytest.param(
-        ["crowd", "aggregate", "ratings.csv", "--plan", "bad_gamma.parquet", "--out", "OUT/l.csv"],
+        _aggregate_argv("ratings.csv", "bad_gamma.parquet"),
         ["gamma"],
         id="aggregate plan with bad gamma",
     ),
     pytest.param(
-        ["crowd", "aggregate", "ratings.csv", "--plan", "ratings.csv", "--out", "OUT/l.csv"],
+        _aggregate_argv("ratings.csv", "ratings.csv"),
         ["cannot read a plan"],
         id="aggregate plan a csv",
     ),

@@ -158,8 +158,7 @@ impl UnitProfile {
         if needs.top_set {
             if params.binary_units {
                 // already binary: b is where the unit is 1 (its nonzeros), ascending
-                self.top
-                    .extend((0..n as u32).filter(|&i| a[i as usize] != 0.0));
+                self.top.extend(nonzero_inputs(a));
             } else {
                 top_alpha_set_into(
                     a,
@@ -179,7 +178,13 @@ impl UnitProfile {
         self.subset_rank.clear();
         if needs.top_random {
             self.subset = if params.binary_units {
-                binary_top_random_subset(a, unit, params)
+                // b, the nonzeros, is already at hand when a metric needed the top set
+                let ones = if needs.top_set {
+                    self.top.clone()
+                } else {
+                    nonzero_inputs(a).collect()
+                };
+                binary_top_random_subset(ones, n, unit, params)
             } else if self.order.is_empty() {
                 // only the top draws' pool needs ordering, not all N
                 let pool = top_count(params.top_random_alpha, n);
@@ -246,13 +251,23 @@ fn descending_head(a: &[f64], count: usize) -> Vec<u32> {
     head
 }
 
-/// The top-random subset of a unit that is already binary ([`Params::binary_units`]): every
-/// input where it is nonzero (ascending), plus k drawn without replacement from all N,
-/// duplicates kept, as the reference's `*_top_and_random_binary` take it.
-pub fn binary_top_random_subset(a: &[f64], unit: usize, params: &Params) -> Vec<u32> {
-    let n = a.len();
+/// The inputs where `a` is nonzero, ascending: the top set of a unit that is already binary.
+fn nonzero_inputs(a: &[f64]) -> impl Iterator<Item = u32> + '_ {
+    (0..a.len() as u32).filter(|&i| a[i as usize] != 0.0)
+}
+
+/// The top-random subset of a unit of `n` inputs that is already binary
+/// ([`Params::binary_units`]): every input where it is nonzero (`ones`, ascending), plus k
+/// drawn without replacement from all N, duplicates kept, as the reference's
+/// `*_top_and_random_binary` take it.
+pub fn binary_top_random_subset(
+    ones: Vec<u32>,
+    n: usize,
+    unit: usize,
+    params: &Params,
+) -> Vec<u32> {
     let mut rng = SplitMix64::for_stream(params.seed, unit as u64);
-    let mut subset: Vec<u32> = (0..n as u32).filter(|&i| a[i as usize] != 0.0).collect();
+    let mut subset = ones;
     subset.extend(
         rng.sample_without_replacement(n, params.top_random_k.min(n))
             .into_iter()
