@@ -299,13 +299,45 @@ def test_estimate_without_bootstrap(planned: dict[str, Any], tmp_path: Path, cap
     assert not list(tmp_path.glob("*.parquet.*"))
 
 
+def test_debiased_chain_equals_library(
+    planned: dict[str, Any], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """`aggregate --method debiased` then `estimate --debiased --interval delta`, as the library does."""
+    planned["ratings"].write_csv(tmp_path / "ratings.csv")
+    labels_file = tmp_path / "labels.csv"
+    argv = ["crowd", "aggregate", tmp_path / "ratings.csv", "--plan", planned["plan_file"], "--method", "debiased"]
+    code, stdout, err = run([*argv, "--prior", "model", "--eta", "0.2", "--out", labels_file], capfd)
+    assert code == 0, err
+    labels = crowd.aggregate(planned["ratings"], "debiased", eta=0.2, prior="model", plan=planned["plan"])
+    assert_frame_equal(pl.read_csv(labels_file), labels, check_dtypes=False, check_exact=True)
+    assert "by debiased BRAgg (eta 0.2, prior the concept model's probability)" in stdout.splitlines()[0]
+    out = tmp_path / "rho.csv"
+    argv = ["crowd", "estimate", "--plan", planned["plan_file"], "--labels", labels_file, "--debiased"]
+    code, stdout, err = run([*argv, "--interval", "delta", "--level", "0.9", "--out", out], capfd)
+    assert code == 0, err
+    expected = crowd.estimate(planned["plan"], pl.read_csv(labels_file), debiased=True, interval="delta", level=0.9)
+    assert_frame_equal(pl.read_csv(out), expected, check_dtypes=False, check_exact=True)
+    assert stdout.splitlines()[0] == (
+        "correlation of 3 pairs from MG-IS (gamma 0.2) with weights 1 / (N q), debiased labels; "
+        "90% interval and SE by the delta method"
+    )
+    # Debiased labels are refused without --debiased, and the delta interval with self-normalised weights.
+    argv = ["crowd", "estimate", "--plan", planned["plan_file"], "--labels", labels_file]
+    assert (labels["label"] < 0).any()
+    code, _, err = run(argv, capfd)
+    assert code != 0 and "debiased=True" in err
+    code, _, err = run([*argv, "--debiased", "--interval", "delta", "--self-normalised"], capfd)
+    assert code != 0 and "plain estimator" in err
+
+
 # --- simulate ----------------------------------------------------------------------------------------
 
 
 def test_simulate_equals_library(files: dict[str, Path], tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "sim"
     argv = ["crowd", "simulate", files["acts"], files["labels"], files["model"], "--pairs", files["pairs"]]
-    argv += ["--budgets", "90, 30,90", "--eta", "0.15", "--raters", "3", "--trials", "4", "--gamma", "0.3"]
+    argv += ["--budgets", "90, 30,90", "--eta", "0.15", "--raters", "3,1,3", "--trials", "4", "--gamma", "0.3"]
+    argv += ["--configurations", "uniform+majority,mgis+debiased,uniform+majority"]
     argv += ["--prior", "model", "--target", "0.6", "--seed", "1", "--out", out]
     code, stdout, err = run(argv, capfd)
     assert code == 0, err
@@ -316,53 +348,56 @@ def test_simulate_equals_library(files: dict[str, Path], tmp_path: Path, capfd: 
         MODEL,
         PAIRS,
         [30, 90],
+        configurations=[("uniform", "majority"), ("mgis", "debiased")],
         eta=0.15,
-        raters_per_input=3,
+        raters_per_input=[1, 3],
         trials=4,
         gamma=0.3,
         prior="model",
         target=0.6,
         seed=1,
     )
-    assert sorted(p.name for p in out.iterdir()) == ["needed.csv", "rce.csv", "rce.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["cheapest.csv", "needed.csv", "rce.csv", "rce.png"]
     assert_frame_equal(pl.read_csv(out / "rce.csv"), expected.rce, check_dtypes=False, check_exact=True)
-    needed = expected.needed()
+    needed, cheapest = expected.needed(), expected.cheapest()
     assert_frame_equal(pl.read_csv(out / "needed.csv", schema=needed.schema), needed, check_exact=True)
+    assert_frame_equal(pl.read_csv(out / "cheapest.csv", schema=cheapest.schema), cheapest, check_exact=True)
     assert (out / "rce.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     lines = stdout.splitlines()
     assert lines[0] == (
-        "simulated raters wrong with rate 0.15, 3 raters per shown input, 3 pairs x 4 trials; "
+        "simulated raters wrong with rate 0.15, 1, 3 per shown input, 3 pairs x 4 trials; "
         "MG-IS gamma 0.3, BRAgg prior the concept model's probability; seed 1"
     )
-    assert lines[2].split() == ["configuration", "30", "90"]
-    names = ["uniform + majority", "uniform + BRAgg", "MG-IS + majority", "MG-IS + BRAgg"]
-    for i, name in enumerate(names):
-        rce = (
-            expected.rce.filter(pl.col("budget") == 30)["rce"][i],
-            expected.rce.filter(pl.col("budget") == 90)["rce"][i],
-        )
-        assert lines[3 + i] == f"  {name:<18}  {rce[0]:.3f}  {rce[1]:.3f}"
-    at = lines.index("ratings per pair needed for RCE <= 0.6:")
-    assert lines[at + 1].split() == ["configuration", "ratings"]
-    for name, value, line in zip(names, needed["needed"].to_list(), lines[at + 2 : at + 6], strict=True):
-        text = "not reached within the largest budget (90)" if value is None else f"{value:,.0f}"
-        assert line == f"  {name:<18}  {text}"
-    assert lines[-1] == f"wrote rce.csv, needed.csv, rce.png to {out}"
+    assert lines[2].split() == ["configuration", "raters", "30", "90"]
+    names = {("uniform", "majority"): "uniform + majority", ("mgis", "debiased"): "MG-IS + debiased"}
+    rows = expected.rce.rows(named=True)
+    for i, key in enumerate([(s, m, r) for s, m in names for r in (1, 3)]):
+        rce = [row["rce"] for row in rows if (row["sampling"], row["aggregation"], row["raters"]) == key]
+        assert lines[3 + i].split() == [*names[key[:2]].split(), str(key[2]), *(f"{v:.3f}" for v in rce)]
+    assert f"the concept model alone (no rating): RCE {expected.model_rce:.3f}" in lines
+    at = next(i for i, line in enumerate(lines) if line.startswith("cheapest ratings per pair for RCE <= 0.6"))
+    assert lines[at + 1].split() == ["configuration", "raters", "inputs", "ratings"]
+    for row, line in zip(cheapest.iter_rows(named=True), lines[at + 2 : at + 4], strict=True):
+        name = names[(row["sampling"], row["aggregation"])]
+        if row["needed"] is None:
+            assert line.split() == [*name.split(), "-", "-", "not", "within", "90"]
+        else:
+            assert line.split() == [*name.split(), str(row["raters"]), f"{row['inputs']:,.0f}", f"{row['needed']:,.0f}"]
+    assert lines[-1] == f"wrote rce.csv, needed.csv, cheapest.csv, rce.png to {out}"
 
 
 def test_simulate_needed_both_ways(files: dict[str, Path], capfd: pytest.CaptureFixture[str]) -> None:
     """A target every configuration reaches at once, and one none reaches."""
     argv = ["crowd", "simulate", files["acts"], files["labels"], files["model"], "--pairs", files["pairs"]]
     argv += ["--budgets", "30,60", "--trials", "2"]
+    names = ["uniform + majority", "uniform + BRAgg", "MG-IS + majority", "MG-IS + BRAgg"]
     code, stdout, err = run([*argv, "--target", "100"], capfd)
     assert code == 0, err
-    assert stdout.splitlines()[-4:] == [
-        f"  {n:<18}  30" for n in ["uniform + majority", "uniform + BRAgg", "MG-IS + majority", "MG-IS + BRAgg"]
-    ]
+    assert [line.split() for line in stdout.splitlines()[-4:]] == [[*n.split(), "3", "10", "30"] for n in names]
     code, stdout, err = run([*argv, "--target", "0.0001"], capfd)
     assert code == 0, err
-    assert stdout.count("not reached within the largest budget (60)") == 4
+    assert stdout.count("not within 60") == 4
 
 
 def test_simulate_concept_tables(files: dict[str, Path], tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
@@ -400,7 +435,7 @@ def test_simulate_concept_tables(files: dict[str, Path], tmp_path: Path, capfd: 
     ]
     code, _, err = run([*argv, "--budgets", "30,60", "--trials", "2", "--out", out, "--no-chart"], capfd)
     assert code == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["needed.csv", "rce.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["cheapest.csv", "needed.csv", "rce.csv"]
     expected = crowd.simulate(A, Y[:, order], model[:, order], pairs, [30, 60], trials=2)
     assert_frame_equal(pl.read_csv(out / "rce.csv"), expected.rce, check_dtypes=False, check_exact=True)
 
@@ -678,7 +713,7 @@ def test_estimate_bad_input_is_one_line(
         ("budgets word", ["--budgets must be comma-separated positive integers", "'many'"]),
         ("budgets empty", ["--budgets is empty"]),
         ("budgets negative", ["--budgets", "'-30'"]),
-        ("budget below raters", ["--budgets must all be at least --raters (3); got 2"]),
+        ("budget below raters", ["--budgets must all be at least the smallest --raters (3); got 2"]),
         ("eta 0.6", ["--eta must be a number in (0, 0.5); got 0.6"]),
         ("trials 0", ["--trials"]),
         ("gamma 0", ["--gamma"]),

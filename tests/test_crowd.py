@@ -1015,7 +1015,7 @@ def test_needed_interpolates_log_linearly() -> None:
             ("uniform", "majority"): [0.5, 0.3, 0.2, 0.1],  # crosses between 100 and 1000
             ("uniform", "bragg"): [0.2, 0.1, 0.05, 0.01],  # the first budget already reaches it
             ("mgis", "majority"): [0.9, 0.8, 0.7, 0.6],  # never
-            ("mgis", "bragg"): [0.5, 0.2, 0.4, 0.1],  # not monotone: the first crossing counts
+            ("mgis", "bragg"): [0.5, 0.2, 0.4, 0.1],  # a dip that rises again: the last crossing counts
             ("mgis", "mean"): [0.5, 0.275, 0.1, 0.05],  # exactly on a grid point
         },
         budgets,
@@ -1034,7 +1034,7 @@ def test_needed_interpolates_log_linearly() -> None:
     assert math.isclose(needed[0], 100 * 10**0.25, rel_tol=1e-12)
     assert needed[1] == 10.0
     assert needed[2] is None
-    assert math.isclose(needed[3], 10 * 10 ** ((0.5 - 0.275) / (0.5 - 0.2)), rel_tol=1e-12)
+    assert math.isclose(needed[3], 1000 * 10 ** ((0.4 - 0.275) / (0.4 - 0.1)), rel_tol=1e-12)
     assert math.isclose(needed[4], 100.0, rel_tol=1e-12)
     # Another target.
     other = sim.needed(target=0.65)["needed"].to_list()

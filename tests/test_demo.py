@@ -213,34 +213,54 @@ def test_demo_writes_a_report_with_every_layer_and_top_inputs(
         assert column[row["input"][0]] == column.max()
 
 
-def test_demo_prints_the_four_crowd_budgets(demo_run: tuple[Path, str]) -> None:
+def test_demo_prints_the_paper_like_crowd_table(demo_run: tuple[Path, str]) -> None:
+    from neuroneval.experiments import numbers
+
     out, printed = demo_run
-    assert sorted(p.name for p in (out / "crowd").iterdir()) == ["rce.csv", "rce.png"]
+    assert sorted(p.name for p in (out / "crowd").iterdir()) == ["pairs.csv", "rce.csv", "rce.png"]
     assert (out / "crowd" / "rce.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rce = pl.read_csv(out / "crowd" / "rce.csv")
+    pairs = pl.read_csv(out / "crowd" / "pairs.csv")
     configurations = rce.select("sampling", "aggregation").unique(maintain_order=True).rows()
-    assert configurations == list(neuroneval.crowd.CONFIGURATIONS)
-    assert sorted(set(rce["budget"])) == list(demo.CROWD_BUDGETS)
-    # The printed budgets are the written RCE curves' crossing of the target.
-    simulation = neuroneval.crowd.Simulation(rce, pl.DataFrame(), demo.CROWD_TARGET, 0.23, 20, demo.CROWD_BUDGETS)
+    assert configurations == list(numbers.CONFIGURATIONS)
+    assert sorted(set(rce["budget"])) == list(numbers.BUDGETS)
+    assert sorted(set(rce["raters"])) == list(numbers.RATERS)
+    assert pairs["rho"].is_between(0.1, 0.35).all() and pairs.height == 20
+    # The printed table is the written RCE curves' cheapest crossing of the target.
+    simulation = neuroneval.crowd.Simulation(rce, pairs, demo.CROWD_TARGET, 0.23, 20, numbers.BUDGETS, numbers.RATERS)
     lines = demo.crowd_summary(simulation)
     for line in lines:
         assert line in printed
-    names = ["uniform + majority", "uniform + BRAgg", "MG-IS + majority", "MG-IS + BRAgg"]
-    assert [ln.strip().split("  ")[0] for ln in lines[1:5]] == names
-    # MG-IS + BRAgg reaches the target, and costs less than every configuration that also
-    # does; a configuration that never reaches it is named as such and enters no ratio.
-    needed = {(r["sampling"], r["aggregation"]): r["needed"] for r in simulation.needed().iter_rows(named=True)}
-    best = needed[("mgis", "bragg")]
-    assert best is not None
-    assert all(v is None or v >= best for v in needed.values())
-    summary = " ".join(lines[5:])
-    for (sampling, aggregation), value in needed.items():
-        name = f"{'MG-IS' if sampling == 'mgis' else 'uniform'} + {'BRAgg' if aggregation == 'bragg' else aggregation}"
-        if value is None:
-            assert name in summary.split("never reach")[0] and f"fewer than {name}" not in summary
-        elif (sampling, aggregation) != ("mgis", "bragg"):
-            assert f"{value / best:.1f}x fewer than {name}" in summary
+    names = ["concept model alone", *(neuroneval.crowd.configuration_name(*c) for c in numbers.CONFIGURATIONS)]
+    assert [ln.strip().split("  ")[0] for ln in lines[1:7]] == names
+    assert f"RCE {simulation.model_rce:.3f}" in lines[1]
+    cheapest = {(r["sampling"], r["aggregation"]): r for r in simulation.cheapest().iter_rows(named=True)}
+    base, best = cheapest[("uniform", "majority")], cheapest[("mgis", "bragg")]
+    assert best["needed"] is not None
+    for line, key in zip(lines[2:7], numbers.CONFIGURATIONS, strict=True):
+        row = cheapest[key]
+        if row["needed"] is None:  # never reached: no ratio, named below the table
+            assert "> " in line and "x " not in line and neuroneval.crowd.configuration_name(*key) in lines[-1]
+        else:
+            assert f"{row['needed']:,.0f}" in line and f" {row['raters']} " in line
+            if base["needed"] is not None:
+                assert f"{base['needed'] / row['needed']:.1f}x" in line
+
+
+def test_numbers_setting_is_paper_like(probe: demo.DigitsProbe) -> None:
+    from neuroneval.experiments import numbers
+
+    setting = numbers.numbers_setting(probe, n_inputs=20_000, count=12)
+    n = setting.units.shape[0]
+    assert setting.concepts.shape == (n, 100) and (setting.concepts.sum(axis=1) == 1).all()
+    prevalence = setting.concepts.mean(axis=0)
+    assert prevalence.max() / prevalence.min() < 2 * numbers.PREVALENCE_RANGE
+    for (k, t), rho, p, auc in zip(setting.pairs, setting.rho, setting.prevalence, setting.auc, strict=True):
+        r = [np.corrcoef(setting.units[:, j], setting.concepts[:, t])[0, 1] for j in range(setting.units.shape[1])]
+        assert int(np.nanargmax(r)) == k and r[k] == pytest.approx(rho)  # the explainer's best unit
+        assert 0.1 <= rho <= 0.35 and 0.001 <= p <= 0.02 and p == prevalence[t]
+        assert 0.75 < auc < 0.99  # good, not perfect: another model than the truth
+    assert len(setting.pairs) == 12
 
 
 def test_digits_concept_model_is_good_but_imperfect(probe: demo.DigitsProbe) -> None:

@@ -107,7 +107,8 @@ class Excludes:
 
 @dataclass(frozen=True)
 class AtLeast:
-    """`option`'s value (the smallest, of a list) is at least `bound`'s: a value error, one line."""
+    """`option`'s value (the smallest, of a list) is at least `bound`'s (the smallest, of a list): a value
+    error, one line."""
 
     option: str
     bound: str
@@ -116,6 +117,7 @@ class AtLeast:
     def violation(self, args: argparse.Namespace) -> str | None:
         value, bound = getattr(args, _dest(self.option)), getattr(args, _dest(self.bound))
         smallest = min(value) if isinstance(value, list) else value
+        bound = min(bound) if isinstance(bound, list) else bound
         return None if smallest >= bound else self.message.format(value=smallest, bound=bound)
 
 

@@ -48,7 +48,14 @@ from .common import (
     write_together,
 )
 
-_CONFIGURATION_NAMES = {"mgis": "MG-IS", "uniform": "uniform", "bragg": "BRAgg", "majority": "majority", "mean": "mean"}
+_CONFIGURATION_NAMES = {
+    "mgis": "MG-IS",
+    "uniform": "uniform",
+    "bragg": "BRAgg",
+    "majority": "majority",
+    "mean": "mean",
+    "debiased": "debiased",
+}
 _DEFAULT_ETA = 0.23
 _DEFAULT_PRIOR = 0.05
 _DEFAULT_GAMMA = 0.2
@@ -84,6 +91,30 @@ def _inside(text: str, high: float, expected: str) -> float:
     if not 0.0 < value < high:
         raise argparse.ArgumentTypeError(f"must be {expected}; got {value:g}")
     return value
+
+
+def count_list(text: str) -> list[int]:
+    """--raters of `simulate`: comma-separated integers >= 1, returned sorted without repeats."""
+    values = budget_list(text)
+    if values[0] < 1:
+        raise argparse.ArgumentTypeError(f"must be integers of at least 1; got {values[0]} in {text!r}")
+    return values
+
+
+def configuration_list(text: str) -> list[tuple[str, str]]:
+    """--configurations: comma-separated SAMPLING+AGGREGATION, e.g. uniform+majority,mgis+debiased."""
+    out = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        sampling, _, method = part.partition("+")
+        if sampling not in ("uniform", "mgis") or method not in crowd.METHODS:
+            raise argparse.ArgumentTypeError(
+                f"must be SAMPLING+AGGREGATION (sampling uniform or mgis; aggregation {', '.join(crowd.METHODS)}); "
+                f"got {part!r}"
+            )
+        out.append((sampling, method))
+    if not out:
+        raise argparse.ArgumentTypeError("is empty; give configurations such as uniform+majority,mgis+bragg")
+    return list(dict.fromkeys(out))
 
 
 def budget_list(text: str) -> list[int]:
@@ -196,12 +227,17 @@ def _add_aggregate(steps: Any) -> None:
         help="turn the raters' votes into one soft label per (pair, input)",
         description=(
             "Aggregate binary votes into one label per rated (pair, input): BRAgg's posterior (raters wrong "
-            "with rate eta, a prior that the concept is present), the majority vote (1/2 on a tie) or the "
-            "mean vote. Every rated (pair, input) must be one the plan drew. Writes pair, input, votes, "
-            "positive, label."
+            "with rate eta, a prior that the concept is present), the majority vote (1/2 on a tie), the "
+            "mean vote, or BRAgg's posterior debiased into an unbiased estimate of the 0/1 truth (for "
+            "`crowd estimate --debiased`). Every rated (pair, input) must be one the plan drew. Writes pair, "
+            "input, votes, positive, label."
         ),
         rules=(
-            Needs(("--eta", "--prior"), (("--method", "bragg"),), "{given}: only for --method bragg"),
+            Needs(
+                ("--eta", "--prior"),
+                (("--method", "bragg"), ("--method", "debiased")),
+                "{given}: only for --method bragg or debiased",
+            ),
             Needs(("--rater-rates",), (("--eta", "estimate"),), "--rater-rates needs --eta estimate"),
         ),
     )
@@ -213,9 +249,9 @@ def _add_aggregate(steps: Any) -> None:
     p.add_argument("--plan", required=True, metavar="PLAN", help="the plan written by `crowd plan`")
     p.add_argument(
         "--method",
-        choices=("bragg", "majority", "mean"),
+        choices=crowd.METHODS,
         default="bragg",
-        help="bragg (default), majority or mean",
+        help="bragg (default), majority, mean or debiased",
     )
     p.add_argument(
         "--eta",
@@ -254,8 +290,9 @@ def _add_estimate(steps: Any) -> None:
         help="each planned pair's correlation from the labels, with a bootstrap interval",
         description=(
             "The importance-weighted correlation of each planned (unit, explanation) pair (SPEC section 6), "
-            "with the standard error and percentile interval of a seeded bootstrap over the draws. Prints "
-            "one line per pair."
+            "with the standard error and percentile interval of a seeded bootstrap over the draws (or the "
+            "delta method's). With --debiased, the labels of `crowd aggregate --method debiased` give an "
+            "estimate without the bias floor of plug-in labels. Prints one line per pair."
         ),
     )
     p.add_argument("--plan", required=True, metavar="PLAN", help="the plan written by `crowd plan`")
@@ -266,9 +303,20 @@ def _add_estimate(steps: Any) -> None:
         help="the labels written by `crowd aggregate` (.csv or .parquet: pair, input, label)",
     )
     p.add_argument(
+        "--debiased",
+        action="store_true",
+        help="the labels are debiased (`aggregate --method debiased`): divide by sqrt(p (1 - p)), p the prevalence",
+    )
+    p.add_argument(
         "--self-normalised",
         action="store_true",
         help="divide by the sum of the weights instead of the number of draws",
+    )
+    p.add_argument(
+        "--interval",
+        choices=("bootstrap", "delta"),
+        default="bootstrap",
+        help="bootstrap (default: percentile interval) or delta (the delta method: rho +- z SE)",
     )
     p.add_argument("--level", type=open_fraction, default=0.95, help="confidence level, in (0, 1) (default 0.95)")
     p.add_argument(
@@ -294,7 +342,11 @@ def _add_simulate(steps: Any) -> None:
             "correlation with the true labels. Prints the RCE table and the ratings per pair each "
             "configuration needs to reach --target."
         ),
-        rules=(AtLeast("--budgets", "--raters", "--budgets must all be at least --raters ({bound}); got {value}"),),
+        rules=(
+            AtLeast(
+                "--budgets", "--raters", "--budgets must all be at least the smallest --raters ({bound}); got {value}"
+            ),
+        ),
     )
     add_activations(p)
     p.add_argument(
@@ -316,7 +368,23 @@ def _add_simulate(steps: Any) -> None:
         default=_DEFAULT_ETA,
         help=f"simulated raters' error rate, in (0, 0.5) (default {_DEFAULT_ETA})",
     )
-    _add_raters(p)
+    p.add_argument(
+        "--raters",
+        type=count_list,
+        default=[3],
+        metavar="LIST",
+        help="raters per shown input, one number or a comma-separated list to compare (default 3)",
+    )
+    p.add_argument(
+        "--configurations",
+        type=configuration_list,
+        default=list(crowd.CONFIGURATIONS),
+        metavar="LIST",
+        help=(
+            "comma-separated SAMPLING+AGGREGATION, sampling uniform or mgis, aggregation majority, bragg, mean or "
+            "debiased (default: uniform+majority,uniform+bragg,mgis+majority,mgis+bragg)"
+        ),
+    )
     p.add_argument(
         "--trials",
         type=positive_int,
@@ -491,9 +559,9 @@ def aggregate(args: argparse.Namespace) -> int:
         writes.append((rates_out, table_writer(rates, rates_out)))
     write_together(writes)
 
-    if args.method == "bragg":
+    if args.method in ("bragg", "debiased"):
         rate = "eta fitted per rater" if eta == "estimate" else f"eta {eta:g}"
-        how = f"BRAgg ({rate}, prior {_prior_text(prior)})"
+        how = f"{'BRAgg' if args.method == 'bragg' else 'debiased BRAgg'} ({rate}, prior {_prior_text(prior)})"
     else:
         how = f"the {args.method} vote"
     n_votes = int(labels["votes"].sum())
@@ -537,7 +605,9 @@ def estimate(args: argparse.Namespace) -> int:
     table = crowd.estimate(
         the_plan,
         labels,
+        debiased=args.debiased,
         self_normalised=args.self_normalised,
+        interval=args.interval,
         level=args.level,
         bootstrap=args.bootstrap,
         seed=args.seed,
@@ -546,12 +616,16 @@ def estimate(args: argparse.Namespace) -> int:
         write_table(table, out)
     sampling = "uniform sampling" if the_plan.sampling == "uniform" else f"MG-IS (gamma {the_plan.gamma:g})"
     weights = "self-normalised weights" if args.self_normalised else "weights 1 / (N q)"
-    interval = (
-        f"{args.level:.0%} percentile interval and SE from {args.bootstrap:,} bootstrap resamples, seed {args.seed}"
-        if args.bootstrap
-        else "no bootstrap"
-    )
-    print(f"correlation of {count(table.height, 'pair')} from {sampling} with {weights}; {interval}")
+    if args.interval == "delta":
+        interval = f"{args.level:.0%} interval and SE by the delta method"
+    elif args.bootstrap:
+        interval = (
+            f"{args.level:.0%} percentile interval and SE from {args.bootstrap:,} bootstrap resamples, seed {args.seed}"
+        )
+    else:
+        interval = "no bootstrap"
+    labels_kind = ", debiased labels" if args.debiased else ""
+    print(f"correlation of {count(table.height, 'pair')} from {sampling} with {weights}{labels_kind}; {interval}")
     ci = f"{args.level:.0%} CI"
 
     def number(v: float) -> str:
@@ -602,7 +676,7 @@ def simulate(args: argparse.Namespace) -> int:
     check_fits(8 * acts.n_rows * (units.size + 2 * concepts.size), "crowd simulate")
     # Per pair and budget: the draws of every trial, their weights, labels and products.
     check_fits(
-        6 * 8 * args.trials * (max(args.budgets) // args.raters),
+        24 * 8 * args.trials * (max(args.budgets) // min(args.raters)),
         "crowd simulate",
         holds="",
         remedy="use smaller --budgets or fewer --trials",
@@ -616,6 +690,7 @@ def simulate(args: argparse.Namespace) -> int:
         local,
         args.budgets,
         eta=args.eta,
+        configurations=args.configurations,
         raters_per_input=args.raters,
         trials=args.trials,
         gamma=args.gamma,
@@ -630,6 +705,7 @@ def simulate(args: argparse.Namespace) -> int:
         files: dict[str, Callable[[Path], object]] = {
             "rce.csv": sim.rce.write_csv,
             "needed.csv": needed.write_csv,
+            "cheapest.csv": sim.cheapest().write_csv,
         }
         if chart:
             files["rce.png"] = sim.plot
@@ -641,32 +717,45 @@ def simulate(args: argparse.Namespace) -> int:
 
 
 def _simulate_summary(sim: crowd.Simulation, needed: pl.DataFrame, args: argparse.Namespace) -> str:
+    raters = ", ".join(map(str, sim.raters))
     lines = [
-        f"simulated raters wrong with rate {sim.eta:g}, {count(args.raters, 'rater')} per shown input, "
+        f"simulated raters wrong with rate {sim.eta:g}, {raters} per shown input, "
         f"{count(sim.pairs.height, 'pair')} x {count(sim.trials, 'trial')}; MG-IS gamma {args.gamma:g}, "
         f"BRAgg prior {_prior_text(args.prior)}; seed {args.seed}",
         "relative correlation error (mean |rho_hat - rho| / |rho|) per ratings budget per pair:",
     ]
     budgets = list(sim.budgets)
     rows = []
-    for (sampling, method), group in sim.rce.group_by("sampling", "aggregation", maintain_order=True):
+    for (sampling, method, m), group in sim.rce.group_by("sampling", "aggregation", "raters", maintain_order=True):
         by_budget = dict(zip(group["budget"].to_list(), group["rce"].to_list(), strict=True))
-        rows.append([_configuration(str(sampling), str(method)), *(f"{by_budget[b]:.3f}" for b in budgets)])
-    lines.append(align(["configuration", *(f"{b:,}" for b in budgets)], rows, left=1, indent="  "))
+        rows.append(
+            [
+                _configuration(str(sampling), str(method)),
+                str(m),
+                *(f"{by_budget[b]:.3f}" if b in by_budget else "-" for b in budgets),
+            ]
+        )
+    lines.append(align(["configuration", "raters", *(f"{b:,}" for b in budgets)], rows, left=1, indent="  "))
+    if len(sim.raters) > 1 and budgets[0] < sim.raters[-1]:
+        lines.append("(-: a budget below the raters per input)")
     nan = int(sim.rce["nan_estimates"].sum())
     if nan:
-        lines.append(f"({nan:,} estimates had constant labels and count as rho_hat = 0)")
-    lines.append(f"ratings per pair needed for RCE <= {sim.target:g}:")
+        lines.append(f"({nan:,} estimates were undefined, e.g. constant labels, and count as rho_hat = 0)")
+    model = "undefined" if math.isnan(sim.model_rce) else f"{sim.model_rce:.3f}"
+    lines.append(f"the concept model alone (no rating): RCE {model}")
+    lines.append(
+        f"cheapest ratings per pair for RCE <= {sim.target:g} (the RCE stays at or below it up to the largest budget):"
+    )
     rows = [
         [
             _configuration(r["sampling"], r["aggregation"]),
-            f"not reached within the largest budget ({budgets[-1]:,})"
-            if r["needed"] is None
-            else f"{r['needed']:,.0f}",
+            "-" if r["raters"] is None else str(r["raters"]),
+            "-" if r["inputs"] is None else f"{r['inputs']:,.0f}",
+            f"not within {budgets[-1]:,}" if r["needed"] is None else f"{r['needed']:,.0f}",
         ]
-        for r in needed.iter_rows(named=True)
+        for r in sim.cheapest().iter_rows(named=True)
     ]
-    lines.append(align(["configuration", "ratings"], rows, left=2, indent="  "))
+    lines.append(align(["configuration", "raters", "inputs", "ratings"], rows, left=1, indent="  "))
     return "\n".join(lines)
 
 

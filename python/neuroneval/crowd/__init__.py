@@ -36,18 +36,22 @@ Examples
 
 from __future__ import annotations
 
-from .aggregation import aggregate, bragg_posterior, rater_error_rates
+from .aggregation import aggregate, bragg_posterior, label_attenuation, rater_error_rates
 from .estimation import estimate
-from .sampling import CONFIGURATIONS, Plan, plan, proposal
-from .simulation import Simulation, needed_budgets, simulate
+from .sampling import CONFIGURATIONS, METHODS, Plan, plan, proposal
+from .simulation import Simulation, cheapest_budgets, configuration_name, needed_budgets, simulate
 
 __all__ = [
     "CONFIGURATIONS",
+    "METHODS",
     "Plan",
     "Simulation",
     "aggregate",
     "bragg_posterior",
+    "cheapest_budgets",
+    "configuration_name",
     "estimate",
+    "label_attenuation",
     "needed_budgets",
     "plan",
     "proposal",

@@ -18,7 +18,7 @@ from .._coerce import (
     check_integer,
 )
 from ..errors import EmptyInputError, LabelError, ParameterError, ShapeError
-from .sampling import _PRIOR_CLIP, Array, Method, Plan, _check_plan, _check_prior, _check_rate
+from .sampling import _PRIOR_CLIP, METHODS, Array, Method, Plan, _check_plan, _check_prior, _check_rate
 
 # --------------------------------------------------------------------------------------------
 # Aggregation
@@ -71,9 +71,111 @@ def bragg_posterior(positive: Any, votes: Any, eta: Any = 0.23, prior: Any = 0.0
         raise ParameterError("eta must lie in (0, 0.5): raters must be right more often than wrong")
     if not np.all((p > 0) & (p < 1)):
         raise ParameterError("the prior must lie in (0, 1)")
-    logit = np.log(p / (1 - p)) + (2 * pos - m) * np.log((1 - e) / e)
+    return _posterior(pos, m, e, p)
+
+
+def _posterior(positive: Any, votes: Any, eta: Any, prior: Any) -> Array:
+    """BRAgg's posterior, unchecked (the callers validated their arguments)."""
+    logit = np.log(prior / (1 - prior)) + (2 * np.asarray(positive) - votes) * np.log((1 - eta) / eta)
     out: Array = 1.0 / (1.0 + np.exp(-logit))
     return out
+
+
+def _binomial_pmf(m: int, p: float) -> Array:
+    """P(K = k) for k = 0..m, K ~ Binomial(m, p), computed in logs (exact for any m)."""
+    k = np.arange(m + 1, dtype=np.float64)
+    log_comb = np.array([math.lgamma(m + 1) - math.lgamma(i + 1) - math.lgamma(m - i + 1) for i in range(m + 1)])
+    out: Array = np.exp(log_comb + k * math.log(p) + (m - k) * math.log1p(-p))
+    return out
+
+
+def _vote_labels(method: str, positive: Any, votes: Any, eta: float, prior: Any) -> Array:
+    """Each item's label from its vote counts: the one home of every aggregation's rule.
+
+    "debiased" is BRAgg's posterior c mapped to (c - E[c | absent]) / (E[c | present] - E[c | absent])
+    under the rater model (each vote wrong with rate eta, independently): an unbiased estimate of
+    the 0/1 truth, given the truth, whatever the prior. Among the unbiased functions of the vote
+    count it has the least variance when the prior is the input's probability of the concept
+    (the unbiased label g minimising E[g^2] is affine in the likelihood ratio, as the posterior is).
+    """
+    pos = np.asarray(positive, dtype=np.float64)
+    m = np.asarray(votes, dtype=np.float64)
+    if method == "mean":
+        out: Array = pos / m
+        return out
+    if method == "majority":
+        out = np.where(2 * pos > m, 1.0, np.where(2 * pos == m, 0.5, 0.0))
+        return out
+    posterior = _posterior(pos, m, eta, prior)
+    if method == "bragg":
+        return posterior
+    absent, present, _, _ = _expected_labels("bragg", m, eta, prior)
+    out = (posterior - absent) / (present - absent)
+    return out
+
+
+def _expected_labels(method: str, votes: Any, eta: float, prior: Any) -> tuple[Array, Array, Array, Array]:
+    """E[label | absent], E[label | present], E[label^2 | absent], E[label^2 | present] of each item,
+    when each of its `votes` raters is wrong with rate `eta` independently (votes >= 1)."""
+    m = np.asarray(votes, dtype=np.int64)
+    shape = np.broadcast_shapes(m.shape, np.shape(prior))
+    m = np.broadcast_to(m, shape).ravel()
+    p = np.broadcast_to(np.asarray(prior, dtype=np.float64), shape).ravel()
+    moments = np.empty((4, m.size))
+    for count in np.unique(m):
+        at = np.flatnonzero(m == count)
+        k = np.arange(count + 1, dtype=np.float64)
+        labels = _vote_labels(method, k[None, :], float(count), eta, p[at, None])
+        absent, present = _binomial_pmf(int(count), eta), _binomial_pmf(int(count), 1.0 - eta)
+        moments[:, at] = np.stack([labels @ absent, labels @ present, labels**2 @ absent, labels**2 @ present])
+    a, b, c, d = (row.reshape(shape) for row in moments)
+    return a, b, c, d
+
+
+def label_attenuation(
+    prevalence: Any, eta: Any = 0.23, raters: Any = 3, method: str = "majority", prior: Any = 0.05
+) -> Array:
+    """How much an aggregation's labels shrink the correlation, whatever the budget.
+
+    When each of `raters` votes per input is wrong with rate `eta`, independently of the input
+    given its truth y, the labels c of `method` ("majority", "mean" or "bragg" with a constant
+    `prior`) satisfy rho(a, c) = f rho(a, y) for every unit a, with
+    f = (E[c | y=1] - E[c | y=0]) sd(y) / sd(c), sd(y)^2 = p (1 - p) at prevalence p. The plug-in
+    estimator converges to f rho, so its relative correlation error can never fall below
+    |1 - f|: the floor of the configuration. ("debiased" labels do not have one: their estimator
+    divides by sqrt(p (1 - p)) instead of sd(c), and f is 1.) Arrays broadcast.
+
+    Examples
+    --------
+    >>> label_attenuation([0.5, 0.01], raters=3).round(3).tolist()   # majority of 3, eta 0.23
+    [0.731, 0.209]
+    >>> label_attenuation(0.01, raters=[3, 9, 25], method="bragg").round(3).tolist()
+    [0.352, 0.756, 0.986]
+    """
+    p = as_reals(prevalence, "prevalence")
+    e = as_reals(eta, "eta")
+    m = as_counts(raters, "raters")
+    if not isinstance(method, str) or method not in ("bragg", "majority", "mean"):
+        raise ParameterError(f"method must be 'bragg', 'majority' or 'mean'; got {method!r}")
+    if not np.all((p > 0) & (p < 1)):
+        raise ParameterError("prevalence must lie in (0, 1)")
+    if not np.all((e > 0) & (e < 0.5)):
+        raise ParameterError("eta must lie in (0, 0.5): raters must be right more often than wrong")
+    if np.any(m < 1):
+        raise ParameterError("raters must be at least 1")
+    prior_values = as_reals(prior, "prior")
+    if not np.all((prior_values > 0) & (prior_values < 1)):
+        raise ParameterError("the prior must lie in (0, 1)")
+    shape = np.broadcast_shapes(p.shape, e.shape, m.shape, prior_values.shape)
+    p, e, m, prior_values = (np.broadcast_to(x, shape).ravel() for x in (p, e, m, prior_values))
+    out = np.empty(p.size)
+    for i in range(p.size):  # few settings: one exact sum over vote counts each
+        a0, a1, s0, s1 = (float(x) for x in _expected_labels(method, int(m[i]), float(e[i]), prior_values[i]))
+        mean = p[i] * a1 + (1 - p[i]) * a0
+        variance = p[i] * s1 + (1 - p[i]) * s0 - mean * mean
+        out[i] = (a1 - a0) * math.sqrt(p[i] * (1 - p[i]) / variance) if variance > 0 else math.nan
+    result: Array = out.reshape(shape)
+    return result
 
 
 def _ratings_table(ratings: Any, plan: Plan | None) -> pl.DataFrame:
@@ -129,11 +231,15 @@ def aggregate(
     ----------
     ratings : polars.DataFrame (or anything it takes)
         One row per vote: pair, input, vote (0/1 or bool), and optionally rater.
-    method : "bragg", "majority" or "mean"
-        BRAgg's posterior (`bragg_posterior`); the majority vote (1/2 on a tie); the mean vote.
+    method : "bragg", "majority", "mean" or "debiased"
+        BRAgg's posterior (`bragg_posterior`); the majority vote (1/2 on a tie); the mean vote;
+        or BRAgg's posterior debiased: (c - E[c | absent]) / (E[c | present] - E[c | absent])
+        under the rater model, an unbiased estimate of the 0/1 truth that may lie outside [0, 1]
+        (for ``estimate(..., debiased=True)``, whose correlation has no bias floor).
     eta : float or "estimate"
         Raters' error rate for BRAgg (0.23 in the paper). "estimate" fits one rate per rater by
-        expectation-maximisation (one-coin Dawid-Skene, `rater_error_rates`); needs a rater column.
+        expectation-maximisation (one-coin Dawid-Skene, `rater_error_rates`); needs a rater column
+        and method "bragg".
     prior : float or "model"
         BRAgg's prior: a constant (0.05), or the concept model's probability at the input,
         clipped to [0.001, 0.999] (needs `plan`).
@@ -143,20 +249,24 @@ def aggregate(
     Returns
     -------
     polars.DataFrame
-        pair, input, votes, positive, label (in [0, 1]).
+        pair, input, votes, positive, label (in [0, 1] but for "debiased").
 
     Examples
     --------
     >>> r = pl.DataFrame({"pair": [0, 0, 0, 0, 0, 0], "input": [4, 4, 4, 9, 9, 9], "vote": [1, 1, 0, 0, 0, 1]})
     >>> aggregate(r, "majority")["label"].to_list(), aggregate(r)["label"].round(4).to_list()
     ([1.0, 0.0], [0.1498, 0.0155])
+    >>> aggregate(r, "debiased")["label"].round(4).to_list()
+    [0.3498, -0.0537]
     """
     table = _ratings_table(ratings, plan)
-    if not isinstance(method, str) or method not in ("bragg", "majority", "mean"):
-        raise ParameterError(f"method must be 'bragg', 'majority' or 'mean'; got {method!r}")
+    if not isinstance(method, str) or method not in METHODS:
+        raise ParameterError(f"method must be 'bragg', 'majority', 'mean' or 'debiased'; got {method!r}")
     if isinstance(eta, str):
         if eta != "estimate":
             raise ParameterError(f"eta must be a rate in (0, 0.5) or 'estimate'; got {eta!r}")
+        if method != "bragg":
+            raise ParameterError(f"eta='estimate' is for method 'bragg' (one rate per rater); got method {method!r}")
     else:
         eta = _check_rate(eta)
     prior = _check_prior(prior)
@@ -167,17 +277,11 @@ def aggregate(
     )
     pos = items["positive"].to_numpy()
     m = items["votes"].to_numpy()
-    if method == "mean":
-        label = pos / m
-    elif method == "majority":
-        label = np.where(2 * pos > m, 1.0, np.where(2 * pos == m, 0.5, 0.0))
+    if eta == "estimate":
+        _, label = _dawid_skene(table, items, _prior_values(items, prior, plan), max_iter, tol)
     else:
-        prior_values = _prior_values(items, prior, plan)
-        if eta == "estimate":
-            _, posterior = _dawid_skene(table, items, prior_values, max_iter, tol)
-            label = posterior
-        else:
-            label = bragg_posterior(pos, m, eta, prior_values)
+        prior_values = _prior_values(items, prior, plan) if method in ("bragg", "debiased") else 0.5
+        label = _vote_labels(method, pos, m, float(eta), prior_values)
     return items.with_columns(pl.Series("label", label, dtype=pl.Float64))
 
 

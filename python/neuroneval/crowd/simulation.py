@@ -6,9 +6,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from .._coerce import (
@@ -17,6 +19,7 @@ from .._coerce import (
     as_probabilities,
     as_table,
     as_vector,
+    check_between,
     check_columns,
     check_flag,
     check_integer,
@@ -25,11 +28,13 @@ from .._coerce import (
     check_sequence,
 )
 from ..errors import EmptyInputError, LabelError, ParameterError, ShapeError
-from .aggregation import bragg_posterior
-from .estimation import _rho
+from .aggregation import _vote_labels
+from .estimation import _debiased_value, _delta_se, _plug_in_value, _terms
 from .sampling import (
     _PRIOR_CLIP,
     CONFIGURATIONS,
+    METHODS,
+    Array,
     Method,
     Sampling,
     _check_gamma,
@@ -46,12 +51,16 @@ from .sampling import (
 
 @dataclass(frozen=True)
 class Simulation:
-    """Relative correlation error (RCE) per configuration and budget, from `simulate`.
+    """Relative correlation error (RCE) per configuration, raters per input and budget, from `simulate`.
 
-    `rce` has one row per (sampling, aggregation, budget): rce (mean over pairs and trials of
-    |rho_hat - rho| / |rho|), rce_se (its standard error over trials), nan_estimates (trials
-    whose labels were constant: counted as rho_hat = 0) and ratings (mean ratings actually
-    used per pair: repeated inputs are rated once). `pairs` holds each pair's true correlation.
+    `rce` has one row per (sampling, aggregation, raters, budget): inputs (draws per pair,
+    budget // raters), rce (mean over pairs and trials of |rho_hat - rho| / |rho|), rce_se (its
+    standard error over trials), bias (the mean of (rho_hat - rho) / |rho|) and bias_se, coverage (the share
+    of estimates whose delta-method interval at `level` holds rho), nan_estimates (estimates
+    that were undefined, e.g. constant labels: counted as rho_hat = 0) and ratings (mean ratings
+    actually used per pair: repeated inputs are rated once). `pairs` holds each pair's true
+    correlation rho and model_rho, the correlation of the unit with the concept model alone
+    (the zero-rating baseline).
     """
 
     rce: pl.DataFrame
@@ -60,18 +69,33 @@ class Simulation:
     eta: float
     trials: int
     budgets: tuple[int, ...] = field(default=())
+    raters: tuple[int, ...] = field(default=(3,))
+    level: float = 0.95
+
+    @property
+    def model_rce(self) -> float:
+        """The RCE of the concept model alone: mean |model_rho - rho| / |rho| over the pairs, no rating at all."""
+        if "model_rho" not in self.pairs.columns:
+            return math.nan
+        rho = self.pairs["rho"].to_numpy()
+        return float(np.mean(np.abs(self.pairs["model_rho"].to_numpy() - rho) / np.abs(rho)))
 
     def needed(self, target: float | None = None) -> pl.DataFrame:
-        """Ratings per pair each configuration needs to reach RCE <= target.
-
-        Interpolated log-linearly between the first budget of the grid that reaches the target
-        and the one before it; null when no budget of the grid reaches it.
-        """
+        """Ratings per pair each (configuration, raters per input) needs to reach RCE <= target,
+        as `needed_budgets` finds them."""
         return needed_budgets(self.rce, self.target if target is None else target)
 
+    def cheapest(self, target: float | None = None) -> pl.DataFrame:
+        """Each configuration's cheapest budget over the raters per input, as `cheapest_budgets` finds it."""
+        return cheapest_budgets(self.rce, self.target if target is None else target)
+
     def plot(self, path: Any) -> Any:
-        """RCE against ratings per pair (log scale), one line per configuration, the target dashed (PNG)."""
+        """RCE against ratings per pair (log scale), one line per configuration at its best raters per
+        input (the cheapest to reach the target; else the lowest RCE at the largest budget), the
+        concept model alone and the target dashed (PNG)."""
         from ..files import write_atomic
+
+        best = _best_raters(self)
 
         def draw(p: Any) -> None:
             try:
@@ -80,11 +104,17 @@ class Simulation:
                 raise ImportError("the RCE plot needs matplotlib: pip install 'neuroneval[plot]'") from e
             fig = Figure(figsize=(7.0, 4.6), dpi=110)
             ax = fig.add_subplot()
-            for (sampling, method), group in self.rce.group_by("sampling", "aggregation", maintain_order=True):
-                label = f"{'MG-IS' if sampling == 'mgis' else 'uniform'} + {'BRAgg' if method == 'bragg' else method}"
+            for (sampling, method), raters in best.items():
+                group = self.rce.filter(sampling=sampling, aggregation=method)
+                label = configuration_name(sampling, method)
+                if raters is not None:
+                    group = group.filter(raters=raters)
+                    label += f" ({raters} per input)"
                 ax.errorbar(
                     group["budget"], group["rce"], yerr=group["rce_se"], marker="o", ms=3, capsize=2, label=label
                 )
+            if math.isfinite(self.model_rce):
+                ax.axhline(self.model_rce, color="grey", linestyle=":", linewidth=1, label="concept model alone")
             ax.axhline(self.target, color="black", linestyle="--", linewidth=1, label=f"target RCE {self.target:g}")
             ax.set_xscale("log")
             ax.set_xlabel("ratings per (unit, explanation) pair")
@@ -97,19 +127,47 @@ class Simulation:
         return write_atomic(path, draw)
 
 
+def configuration_name(sampling: str, aggregation: str) -> str:
+    """A configuration as people write it: "MG-IS + BRAgg", "uniform + majority", "MG-IS + debiased"."""
+    return f"{'MG-IS' if sampling == 'mgis' else 'uniform'} + {'BRAgg' if aggregation == 'bragg' else aggregation}"
+
+
+def _best_raters(simulation: Simulation) -> dict[tuple[str, str], int | None]:
+    """Each configuration's raters per input: its cheapest to reach the target, else its lowest RCE
+    at the largest budget (None for every configuration of a table without raters)."""
+    out: dict[tuple[str, str], int | None] = {}
+    if "raters" not in simulation.rce.columns:
+        return {
+            key: None for key in simulation.rce.select("sampling", "aggregation").unique(maintain_order=True).rows()
+        }
+    cheapest = simulation.cheapest()
+    for row in cheapest.iter_rows(named=True):
+        key = (row["sampling"], row["aggregation"])
+        if row["raters"] is not None:
+            out[key] = int(row["raters"])
+            continue
+        group = simulation.rce.filter(sampling=key[0], aggregation=key[1])
+        last = group.filter(pl.col("budget") == group["budget"].max())
+        out[key] = int(last.sort("rce")["raters"][0])
+    return out
+
+
 def needed_budgets(rce: pl.DataFrame, target: float) -> pl.DataFrame:
     """Ratings per pair each configuration of an RCE table needs to reach RCE <= target.
 
-    `rce` has columns sampling, aggregation, budget, rce (as `Simulation.rce`). Interpolated
-    log-linearly between the first budget reaching the target and the one before it; the first
-    budget when it already does; null when no budget does.
+    `rce` has columns sampling, aggregation, budget, rce, and optionally raters (as
+    `Simulation.rce`; one answer per raters value then). A configuration reaches the target at
+    the first budget of the grid from which the RCE stays <= target up to the largest budget (a
+    noisy dip that rises again does not count); the answer is interpolated log-linearly between
+    that budget and the one before it, the first budget when it already does, and null when the
+    RCE at the largest budget is above the target. With raters, `inputs` is needed / raters.
 
     Examples
     --------
-    >>> rce = pl.DataFrame({"sampling": ["mgis"] * 3, "aggregation": ["bragg"] * 3,
-    ...                     "budget": [100, 200, 400], "rce": [0.5, 0.3, 0.1]})
-    >>> needed_budgets(rce, 0.2)["needed"].round(1).to_list()
-    [282.8]
+    >>> rce = pl.DataFrame({"sampling": ["mgis"] * 4, "aggregation": ["bragg"] * 4,
+    ...                     "budget": [100, 200, 400, 800], "rce": [0.5, 0.1, 0.3, 0.1]})
+    >>> needed_budgets(rce, 0.2)["needed"].round(1).to_list()   # the dip at 200 does not count
+    [565.7]
     """
     rce = as_table(rce, "rce", "sampling, aggregation, budget, rce")
     target = _check_target(target)
@@ -117,24 +175,67 @@ def needed_budgets(rce: pl.DataFrame, target: float) -> pl.DataFrame:
     budget = rce["budget"].cast(pl.Float64)
     if not (budget.is_finite() & (budget > 0)).all():
         raise ParameterError("rce column 'budget' must hold positive numbers of ratings")
+    with_raters = "raters" in rce.columns
+    keys = ["sampling", "aggregation", *(["raters"] if with_raters else [])]
     rows = []
-    for (sampling, method), group in rce.group_by("sampling", "aggregation", maintain_order=True):
+    for key, group in rce.group_by(*keys, maintain_order=True):
         group = group.sort("budget")
         budgets = group["budget"].to_numpy().astype(np.float64)
-        values = group["rce"].to_numpy()
-        hit = np.flatnonzero(values <= target)
+        values = group["rce"].to_numpy().astype(np.float64)
+        above = np.flatnonzero(~(values <= target))  # NaN counts as above
+        j = int(above[-1]) + 1 if above.size else 0
         needed: float | None = None
-        if hit.size:
-            j = int(hit[0])
-            if j == 0:
-                needed = float(budgets[0])
-            else:
-                x0, x1 = math.log(budgets[j - 1]), math.log(budgets[j])
-                y0, y1 = values[j - 1], values[j]
-                frac = (y0 - target) / (y0 - y1) if y0 != y1 else 1.0
-                needed = float(math.exp(x0 + frac * (x1 - x0)))
-        rows.append({"sampling": sampling, "aggregation": method, "needed": needed})
-    return pl.DataFrame(rows, schema={"sampling": pl.String, "aggregation": pl.String, "needed": pl.Float64})
+        if j == 0:
+            needed = float(budgets[0])
+        elif j < budgets.size:
+            x0, x1 = math.log(budgets[j - 1]), math.log(budgets[j])
+            y0, y1 = values[j - 1], values[j]
+            frac = (y0 - target) / (y0 - y1) if y0 != y1 else 1.0
+            needed = float(math.exp(x0 + frac * (x1 - x0)))
+        row = dict(zip(keys, key, strict=True)) | {"needed": needed}
+        if with_raters:
+            row["inputs"] = None if needed is None else needed / float(row["raters"])
+        rows.append(row)
+    schema: dict[str, Any] = {"sampling": pl.String, "aggregation": pl.String}
+    if with_raters:
+        schema |= {"raters": pl.Int64, "needed": pl.Float64, "inputs": pl.Float64}
+    else:
+        schema["needed"] = pl.Float64
+    return pl.DataFrame(rows, schema=schema)
+
+
+def cheapest_budgets(rce: pl.DataFrame, target: float) -> pl.DataFrame:
+    """Each configuration's cheapest way to reach RCE <= target: the raters per input whose needed
+    budget (`needed_budgets`) is the smallest, with needed and inputs; nulls when no raters value
+    reaches it. `rce` needs a raters column.
+
+    Examples
+    --------
+    >>> rce = pl.DataFrame({"sampling": ["uniform"] * 4, "aggregation": ["majority"] * 4,
+    ...                     "raters": [3, 3, 9, 9], "budget": [300, 900, 300, 900], "rce": [0.5, 0.4, 0.3, 0.2]})
+    >>> cheapest_budgets(rce, 0.25).with_columns(pl.col("needed", "inputs").round(1)).rows()
+    [('uniform', 'majority', 9, 519.6, 57.7)]
+    """
+    needed = needed_budgets(rce, target)
+    if "raters" not in needed.columns:
+        raise ShapeError("rce lacks the column 'raters': cheapest_budgets chooses among raters per input")
+    rows = []
+    for (sampling, method), group in needed.group_by("sampling", "aggregation", maintain_order=True):
+        reached = group.filter(pl.col("needed").is_not_null()).sort("needed", maintain_order=True)
+        best = reached.row(0, named=True) if reached.height else {"raters": None, "needed": None, "inputs": None}
+        rows.append(
+            {"sampling": sampling, "aggregation": method} | {k: best[k] for k in ("raters", "needed", "inputs")}
+        )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "sampling": pl.String,
+            "aggregation": pl.String,
+            "raters": pl.Int64,
+            "needed": pl.Float64,
+            "inputs": pl.Float64,
+        },
+    )
 
 
 def simulate(
@@ -146,22 +247,29 @@ def simulate(
     *,
     configurations: Sequence[tuple[Sampling, Method]] = CONFIGURATIONS,
     eta: float = 0.23,
-    raters_per_input: int = 3,
+    raters_per_input: int | Sequence[int] = 3,
     trials: int = 20,
     gamma: float = 0.2,
     prior: float | Literal["model"] = 0.05,
     target: float = 0.275,
+    level: float = 0.95,
     seed: int = 0,
     progress: bool = True,
 ) -> Simulation:
-    """Simulate crowdsourced correlation estimates on real data, to choose a budget.
+    """Simulate crowdsourced correlation estimates on real data, to choose a budget and raters per input.
 
-    For each trial, configuration, budget and pair: draw the inputs (`plan`), let
-    `raters_per_input` simulated raters label each shown input, each wrong independently with
-    probability `eta` against the true label, aggregate the votes (`aggregate`; BRAgg with
-    `prior` and the true eta) and estimate the correlation (`estimate`'s estimator). The error is
-    measured against the exact correlation of the unit with the true labels over all N inputs.
-    Every (configuration, budget, pair) draws from its own seeded stream.
+    For each sampling, raters per input m, pair and trial: draw budget // m inputs (`plan`'s
+    proposal), let m simulated raters label each shown input, each wrong independently with
+    probability `eta` against the true label, aggregate the votes (`aggregate`'s rules; BRAgg
+    and "debiased" with `prior` and the true eta) and estimate the correlation (`estimate`'s
+    estimators, the debiased one for "debiased"). The error is measured against the exact
+    correlation of the unit with the true labels over all N inputs.
+
+    The budgets of one (sampling, m, pair, trial) are nested: the draws of a smaller budget are
+    the first draws of the largest one, as in a study that keeps rating, and the configurations
+    of one sampling share the draws and the votes (each (sampling, m, pair) has its own seeded
+    stream). So one sequence of draws serves the whole budget grid, and configurations differ
+    by their aggregation alone.
 
     Parameters
     ----------
@@ -169,12 +277,32 @@ def simulate(
     labels : array_like, shape (N, T)
         True binary labels (the ground truth the raters try to report).
     concept_model : array_like, shape (N, T)
-        The cheap concept model's probabilities (used by MG-IS and by prior="model").
+        The cheap concept model's probabilities (used by MG-IS, by prior="model" and by the
+        zero-rating baseline, `Simulation.model_rce`).
     pairs : array_like, shape (M, 2)
     budgets : sequence of int
-        Ratings per pair.
+        Ratings per pair; each at least the smallest raters per input (a budget below m is
+        skipped for m).
+    raters_per_input : int or sequence of int
+        Raters per shown input: one value, or several to compare (`Simulation.cheapest` picks
+        the cheapest per configuration).
+    level : float
+        The level of the delta-method intervals whose coverage is reported.
     progress : bool
-        A progress bar over (configuration, budget) steps on a terminal.
+        A progress bar over (sampling, raters, pair) steps on a terminal.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> y = (rng.random((4000, 1)) < 0.05).astype(float)
+    >>> a = y + rng.normal(size=(4000, 1))
+    >>> model = np.clip(0.6 * y + 0.2 * rng.random((4000, 1)), 0, 1)
+    >>> sim = simulate(a, y, model, [(0, 0)], [100, 300, 1000, 3000], raters_per_input=[1, 3, 9],
+    ...                configurations=[("uniform", "majority"), ("mgis", "debiased")], trials=50, progress=False)
+    >>> sim.cheapest(target=0.3).with_columns(pl.col("needed", "inputs").round()).rows()
+    [('uniform', 'majority', None, None, None), ('mgis', 'debiased', 9, 553.0, 61.0)]
+    >>> round(sim.model_rce, 3)     # the concept model alone, without a rating
+    0.078
     """
     from .._score import compute
     from ..progress import Progress
@@ -202,77 +330,169 @@ def simulate(
         raise EmptyInputError("no (unit, concept) pair to simulate")
     check_pairs(pair_array, a.shape[1], y.shape[1])
     eta = _check_rate(eta)
-    raters_per_input = check_integer(raters_per_input, "raters_per_input", minimum=1)
+    raters = _check_raters(raters_per_input)
     trials = check_integer(trials, "trials", minimum=1)
     gamma = _check_gamma(gamma)
     prior = _check_prior(prior)
     target = _check_target(target)
+    level = check_between(level, "level", 0.0, 1.0)
     seed = check_seed(seed)
     progress = check_flag(progress, "progress")
     configurations = _check_configurations(configurations)
     budget_list = sorted({check_integer(b, "budgets", minimum=1) for b in check_sequence(budgets, "budgets")})
-    if not budget_list or budget_list[0] < raters_per_input:
-        raise ParameterError(f"budgets must be integers of at least raters_per_input ({raters_per_input})")
+    if not budget_list or budget_list[0] < raters[0]:
+        raise ParameterError(f"budgets must be integers of at least raters_per_input ({raters[0]})")
     for k, t in pair_array:  # each pair's data, named, before any work
         as_vector(a[:, k], f"activations column {k}")
         as_probabilities(chat[:, t], f"concept_model column {t}")
     rho = compute(a, y, ["correlation"], pairs=pair_array)["correlation"]
     if not np.all(np.isfinite(rho)) or np.any(rho == 0):
         raise ParameterError("every pair needs a defined, nonzero true correlation (RCE divides by it)")
-    n = a.shape[0]
-    rows = []
-    bar = Progress(progress).bar("simulating", total=len(configurations) * len(budget_list), unit="step")
-    for ci, (sampling, method) in enumerate(configurations):
-        for budget in budget_list:
-            n_draws = budget // raters_per_input
-            errors = np.empty((trials, pair_array.shape[0]))
-            used = np.empty((trials, pair_array.shape[0]))
-            nan_count = 0
-            for pi, (k, t) in enumerate(pair_array):
-                q = proposal(a[:, k], chat[:, t], gamma if sampling == "mgis" else 1.0)
-                abar = _standardise(a[:, k])
-                assert abar is not None
-                rng = np.random.default_rng([seed, ci, budget, pi])
-                drawn = rng.choice(n, size=(trials, n_draws), p=q)
-                w = 1.0 / (n * q[drawn])
-                soft = np.empty((trials, n_draws))
-                for trial in range(trials):
-                    shown, first = np.unique(drawn[trial], return_inverse=True)
-                    truth = y[shown, t]
-                    wrong = rng.random((shown.size, raters_per_input)) < eta
-                    positive = (truth[:, None] != wrong).sum(axis=1)
-                    if method == "majority":
-                        label = np.where(
-                            2 * positive > raters_per_input, 1.0, np.where(2 * positive == raters_per_input, 0.5, 0.0)
-                        )
-                    elif method == "mean":
-                        label = positive / raters_per_input
-                    else:
-                        p = np.clip(chat[shown, t], *_PRIOR_CLIP) if prior == "model" else float(prior)
-                        label = bragg_posterior(positive, raters_per_input, eta, p)
-                    soft[trial] = label[first]
-                    used[trial, pi] = shown.size * raters_per_input
-                estimate_ = _rho(w, abar[drawn], soft, self_normalised=False)
-                nan = ~np.isfinite(estimate_)
-                nan_count += int(nan.sum())
-                estimate_ = np.where(nan, 0.0, estimate_)
-                errors[:, pi] = np.abs(estimate_ - rho[pi]) / abs(rho[pi])
-            per_trial = errors.mean(axis=1)
-            rows.append(
-                {
-                    "sampling": sampling,
-                    "aggregation": method,
-                    "budget": budget,
-                    "rce": float(per_trial.mean()),
-                    "rce_se": float(per_trial.std(ddof=1) / math.sqrt(trials)) if trials > 1 else math.nan,
-                    "nan_estimates": nan_count,
-                    "ratings": float(used.mean()),
+    model_rho = compute(a, chat, ["correlation"], pairs=pair_array)["correlation"]
+    z = NormalDist().inv_cdf(0.5 + level / 2.0)
+    samplings = list(dict.fromkeys(s for s, _ in configurations))
+    steps = len(samplings) * len(raters) * pair_array.shape[0]
+    bar = Progress(progress).bar("simulating", total=steps, unit="step")
+    results: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for sampling in samplings:
+        methods = [m for s, m in configurations if s == sampling]
+        for m in raters:
+            budgets_m = np.array([b for b in budget_list if b >= m], dtype=np.int64)
+            if budgets_m.size == 0:
+                bar.update(pair_array.shape[0])
+                continue
+            draws_at = budgets_m // m
+            out: dict[str, dict[str, Any]] = {
+                method: {
+                    "budgets": budgets_m,
+                    "error": np.empty((trials, draws_at.size, pair_array.shape[0])),
+                    "signed": np.empty((trials, draws_at.size, pair_array.shape[0])),
+                    "covered": np.empty((trials, draws_at.size, pair_array.shape[0]), dtype=bool),
+                    "nan": 0 * draws_at,
+                    "ratings": np.zeros(draws_at.size),
                 }
-            )
-            bar.update(1)
+                for method in methods
+            }
+            for pi, (k, t) in enumerate(pair_array):
+                _simulate_pair(
+                    out, a[:, k], y[:, t], chat[:, t], rho[pi], pi, sampling, m, draws_at, trials,
+                    eta, gamma, prior, z, np.random.default_rng([seed, _SAMPLINGS.index(sampling), m, pi]),
+                )  # fmt: skip
+                bar.update(1)
+            for method in methods:
+                results[(sampling, method, m)] = out[method]
     bar.close()
-    pair_table = pl.DataFrame({"unit": pair_array[:, 0], "concept": pair_array[:, 1], "rho": rho})
-    return Simulation(pl.DataFrame(rows), pair_table, target, eta, trials, tuple(budget_list))
+    rows = []
+    for sampling, method in configurations:
+        for m in raters:
+            result = results.get((sampling, method, m))
+            if result is None:
+                continue
+            per_trial = result["error"].mean(axis=2)
+            signed = result["signed"].mean(axis=2)
+            for j, budget in enumerate(result["budgets"]):
+                rows.append(
+                    {
+                        "sampling": sampling,
+                        "aggregation": method,
+                        "raters": m,
+                        "budget": int(budget),
+                        "inputs": int(budget) // m,
+                        "rce": float(per_trial[:, j].mean()),
+                        "rce_se": float(per_trial[:, j].std(ddof=1) / math.sqrt(trials)) if trials > 1 else math.nan,
+                        "bias": float(result["signed"][:, j].mean()),
+                        "bias_se": float(signed[:, j].std(ddof=1) / math.sqrt(trials)) if trials > 1 else math.nan,
+                        "coverage": float(result["covered"][:, j].mean()),
+                        "nan_estimates": int(result["nan"][j]),
+                        "ratings": float(result["ratings"][j] / pair_array.shape[0]),
+                    }
+                )
+    pair_table = pl.DataFrame(
+        {"unit": pair_array[:, 0], "concept": pair_array[:, 1], "rho": rho, "model_rho": model_rho}
+    )
+    return Simulation(pl.DataFrame(rows), pair_table, target, eta, trials, tuple(budget_list), raters, level)
+
+
+_SAMPLINGS = ("uniform", "mgis")
+
+
+def _simulate_pair(
+    out: dict[str, dict[str, Any]],
+    a: Array,
+    y: Array,
+    chat: Array,
+    rho: float,
+    pi: int,
+    sampling: str,
+    m: int,
+    draws_at: npt.NDArray[np.int64],
+    trials: int,
+    eta: float,
+    gamma: float,
+    prior: float | str,
+    z: float,
+    rng: np.random.Generator,
+) -> None:
+    """One pair's trials at one (sampling, raters per input), every budget and aggregation at once:
+    the draws and votes of the largest budget, prefix sums of the estimators' terms for the others."""
+    n = a.size
+    n_max = int(draws_at[-1])
+    abar = _standardise(a)
+    assert abar is not None  # the true correlation is defined
+    if sampling == "mgis":
+        q = proposal(a, chat, gamma)
+        drawn = rng.choice(n, size=(trials, n_max), p=q)
+        w = 1.0 / (n * q[drawn])
+    else:
+        drawn = rng.integers(0, n, size=(trials, n_max))
+        w = np.ones((trials, n_max))
+    # A repeated input is rated once per trial: one vote count per distinct (trial, input).
+    keys = drawn + n * np.arange(trials)[:, None]
+    shown, first, inverse = np.unique(keys.ravel(), return_index=True, return_inverse=True)
+    shown_input = shown % n
+    positive = rng.binomial(m, np.where(y[shown_input] > 0, 1.0 - eta, eta)).astype(np.float64)
+    is_first = np.zeros(keys.size, dtype=bool)
+    is_first[first] = True
+    distinct = np.cumsum(is_first.reshape(trials, n_max), axis=1)[:, draws_at - 1]
+    prior_items: Any = np.clip(chat[shown_input], *_PRIOR_CLIP) if prior == "model" else prior
+    ab = abar[drawn]
+    at = draws_at - 1
+    nn = draws_at.astype(np.float64)
+    for method, result in out.items():
+        debiased = method == "debiased"
+        c = _vote_labels(method, positive, float(m), eta, prior_items)[inverse].reshape(trials, n_max)
+        terms = _terms(w, ab, c, debiased)  # (trials, n_max, d)
+        mean = np.cumsum(terms, axis=1)[:, at] / nn[None, :, None]
+        cross = np.cumsum(terms[..., :, None] * terms[..., None, :], axis=1)[:, at]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cov = (cross - nn[None, :, None, None] * mean[..., :, None] * mean[..., None, :]) / (
+                nn[None, :, None, None] - 1.0
+            )
+        if debiased:
+            estimate_ = _debiased_value(mean[..., 0], mean[..., 1])
+        else:
+            varied = np.minimum.accumulate(c, axis=1)[:, at] < np.maximum.accumulate(c, axis=1)[:, at]
+            estimate_ = _plug_in_value(mean[..., 0], mean[..., 1], mean[..., 2], varied)
+        se = _delta_se(mean, cov, nn[None, :], debiased)
+        nan = ~np.isfinite(estimate_)
+        result["nan"] += nan.sum(axis=0)
+        filled = np.where(nan, 0.0, estimate_)
+        result["error"][:, :, pi] = np.abs(filled - rho) / abs(rho)
+        result["signed"][:, :, pi] = (filled - rho) / abs(rho)
+        result["covered"][:, :, pi] = np.abs(estimate_ - rho) <= z * se  # NaN compares False
+        result["ratings"] += m * distinct.mean(axis=0)
+
+
+def _check_raters(raters: Any) -> tuple[int, ...]:
+    """Raters per input: one integer >= 1 or a non-empty sequence of them (sorted, without repeats)."""
+    if isinstance(raters, (list, tuple, np.ndarray, range)):
+        values = sorted(
+            {check_integer(r, "raters_per_input", minimum=1) for r in check_sequence(raters, "raters_per_input")}
+        )
+        if not values:
+            raise ParameterError("raters_per_input is empty: give at least one number of raters per input")
+        return tuple(values)
+    return (check_integer(raters, "raters_per_input", minimum=1),)
 
 
 def _check_configurations(configurations: Any) -> list[tuple[Sampling, Method]]:
@@ -281,12 +501,12 @@ def _check_configurations(configurations: Any) -> list[tuple[Sampling, Method]]:
     for configuration in check_sequence(configurations, "configurations"):
         parts = tuple(configuration) if isinstance(configuration, (tuple, list)) else ()
         parts = parts if all(isinstance(x, str) for x in parts) else ()
-        if len(parts) != 2 or parts[0] not in ("mgis", "uniform") or parts[1] not in ("bragg", "majority", "mean"):
+        if len(parts) != 2 or parts[0] not in ("mgis", "uniform") or parts[1] not in METHODS:
             raise ParameterError(
                 f"unknown configuration {configuration!r} in configurations: (sampling, aggregation) with sampling "
-                "'mgis' or 'uniform' and aggregation 'bragg', 'majority' or 'mean'"
+                "'mgis' or 'uniform' and aggregation 'bragg', 'majority', 'mean' or 'debiased'"
             )
         checked.append((parts[0], parts[1]))
     if not checked:
         raise EmptyInputError("configurations is empty: no (sampling, aggregation) to simulate")
-    return checked
+    return list(dict.fromkeys(checked))  # a repeated configuration is simulated once

@@ -13,6 +13,7 @@ Examples
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ import neuroneval.crowd
 from neuroneval import report
 from neuroneval.files import write_atomic
 
-__all__ = ["crowd_summary", "spread_pairs", "write_crowd", "write_page"]
+__all__ = ["PAPER_MODEL_RCE", "PAPER_NEEDED", "crowd_summary", "spread_pairs", "write_crowd", "write_page"]
 
 
 def spread_pairs(rho: npt.ArrayLike, count: int = 20, min_rho: float = 0.25) -> npt.NDArray[np.int64]:
@@ -42,52 +43,76 @@ def spread_pairs(rho: npt.ArrayLike, count: int = 20, min_rho: float = 0.25) -> 
     return ranked[np.linspace(0, ranked.size - 1, min(count, ranked.size)).astype(np.int64)]
 
 
-def _configuration_name(sampling: str, aggregation: str) -> str:
-    return f"{'MG-IS' if sampling == 'mgis' else 'uniform'} + {'BRAgg' if aggregation == 'bragg' else aggregation}"
+#: Ratings per pair the CVPR paper's simulation needed to reach RCE 27.5% (SPEC section 6).
+PAPER_NEEDED: dict[tuple[str, str], int] = {
+    ("uniform", "majority"): 22_560,
+    ("uniform", "bragg"): 14_607,
+    ("mgis", "majority"): 1_760,
+    ("mgis", "bragg"): 550,
+}
+#: The paper's RCE of its concept model (SigLIP) alone, without a rating.
+PAPER_MODEL_RCE = 0.321
 
 
-def crowd_summary(simulation: neuroneval.crowd.Simulation) -> list[str]:
-    """Lines that report the ratings each configuration needs, and how many fewer MG-IS + BRAgg
-    needs than each configuration that also reaches the target. A configuration that never
-    reaches it within the grid enters no ratio: its "saving" would be the end of the grid
-    over a number, not a comparison."""
-    needed = simulation.needed()
+def crowd_summary(simulation: neuroneval.crowd.Simulation, paper: bool = True) -> list[str]:
+    """The crowd table: for each configuration its cheapest ratings per pair to reach the target,
+    with the (raters per input, inputs) that achieve it and the ratio against uniform + majority
+    at its own best raters; the concept model alone first; the paper's figures with `paper`.
+
+    A configuration that never reaches the target within the grid is reported as "not within"
+    the largest budget, with the lowest RCE it had there, and enters no ratio: its "saving"
+    would be the end of the grid over a number, not a comparison of two costs.
+    """
+    cheapest = simulation.cheapest()
     largest = max(simulation.budgets)
-    floors = simulation.rce.filter(pl.col("budget") == largest)
-    lines = [f"    {'configuration':<22} {'ratings per pair':>17}  RCE at {largest:,}"]
-    values = {}
-    for row in needed.iter_rows(named=True):
-        name = _configuration_name(row["sampling"], row["aggregation"])
-        floor = floors.filter(sampling=row["sampling"], aggregation=row["aggregation"])["rce"][0]
-        value = row["needed"]
-        values[(row["sampling"], row["aggregation"])] = value
-        shown = f"{value:>17,.0f}" if value is not None else f"{'> ' + format(largest, ','):>17}"
-        lines.append(f"    {name:<22} {shown}  {floor:.3f}")
-    best = values.get(("mgis", "bragg"))
-    others = [key for key in values if key != ("mgis", "bragg")]
-    if best is not None:
-        savings = [
-            f"{values[key] / best:.1f}x fewer than {_configuration_name(*key)}"
-            for key in others
-            if values[key] is not None
-        ]
-        if savings:
-            lines.append(f"MG-IS + BRAgg needs {', '.join(savings)}.")
-    never = [_configuration_name(*key) for key in values if values[key] is None]
+    base = cheapest.filter(sampling="uniform", aggregation="majority")
+    base_needed = base["needed"][0] if base.height else None
+    head = (
+        f"    {'configuration':<22} {'raters':>6} {'inputs':>7} {'ratings per pair':>17} {'vs uniform + majority':>22}"
+    )
+    lines = [head + (f"  {'paper':>7}" if paper else "")]
+    model = f"RCE {simulation.model_rce:.3f}" if math.isfinite(simulation.model_rce) else "undefined"
+    lines.append(
+        f"    {'concept model alone':<22} {'-':>6} {0:>7} {0:>17} {model:>22}"
+        + (f"  {'RCE ' + format(PAPER_MODEL_RCE, '.3f'):>7}" if paper else "")
+    )
+    never = []
+    for row in cheapest.iter_rows(named=True):
+        key = (row["sampling"], row["aggregation"])
+        name = neuroneval.crowd.configuration_name(*key)
+        published = f"  {PAPER_NEEDED[key]:>7,}" if paper and key in PAPER_NEEDED else ("  " + " " * 7 if paper else "")
+        if row["needed"] is None:
+            at_end = simulation.rce.filter(sampling=key[0], aggregation=key[1], budget=largest).sort("rce")
+            floor = at_end.row(0, named=True)
+            never.append(name)
+            lines.append(
+                f"    {name:<22} {floor['raters']:>6} {'-':>7} {'> ' + format(largest, ','):>17}"
+                f" {'RCE ' + format(floor['rce'], '.3f') + ' at the end':>22}{published}"
+            )
+            continue
+        ratio = f"{base_needed / row['needed']:.1f}x" if base_needed is not None else "-"
+        lines.append(
+            f"    {name:<22} {row['raters']:>6} {row['inputs']:>7,.0f} {row['needed']:>17,.0f} {ratio:>22}{published}"
+        )
     if never:
         lines.append(
-            f"{' and '.join(never)} never reach{'es' if len(never) == 1 else ''} the target within {largest:,} "
-            "ratings per pair (the last column is the RCE at the end of the grid), so no ratio is taken against "
+            f"{' and '.join(never)} never reach{'es' if len(never) == 1 else ''} RCE {simulation.target:g} within"
+            f" {largest:,} ratings per pair at any of {', '.join(map(str, simulation.raters))} raters per input"
+            f" (shown: the lowest RCE at {largest:,}), so no ratio is taken against "
             f"{'it' if len(never) == 1 else 'them'}."
         )
     return lines
 
 
 def write_crowd(simulation: neuroneval.crowd.Simulation, csv: Path, png: Path) -> tuple[Path, Any]:
-    """Write a crowd simulation's RCE table to `csv` (atomically) and its curves to `png`,
-    creating their directories; returns the two paths."""
+    """Write a crowd simulation's RCE table to `csv`, its pairs (true and concept-model
+    correlations) to ``pairs.csv`` beside it (atomically) and its curves to `png`, creating their
+    directories; returns the RCE table's and the chart's paths."""
     csv.parent.mkdir(parents=True, exist_ok=True)
     png.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(
+        csv.with_name("pairs.csv" if csv.name == "rce.csv" else f"{csv.stem}-pairs.csv"), simulation.pairs.write_csv
+    )
     return write_atomic(csv, simulation.rce.write_csv), simulation.plot(png)
 
 

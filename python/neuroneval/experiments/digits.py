@@ -378,9 +378,12 @@ def crowd_pairs(
     return hidden, np.stack([pick, best[pick]], axis=1).astype(np.int64)
 
 
-def run_crowd(probe: DigitsProbe, seed: int = 0, trials: int = 20) -> neuroneval.crowd.Simulation:
-    """The crowd reproduction: RCE of the four configurations over `CROWD_BUDGETS`, raters with
-    eta = 0.23, BRAgg with the concept model's prior."""
+def run_crowd(
+    probe: DigitsProbe, seed: int = 0, trials: int = 20, raters: Sequence[int] = (3,)
+) -> neuroneval.crowd.Simulation:
+    """The crowd simulation on the hidden units with their most correlated concept: RCE of the
+    four configurations over `CROWD_BUDGETS` and `raters` per input, raters with eta = 0.23,
+    BRAgg with the concept model's prior."""
     hidden, pairs = crowd_pairs(probe)
     return neuroneval.crowd.simulate(
         hidden,
@@ -388,6 +391,7 @@ def run_crowd(probe: DigitsProbe, seed: int = 0, trials: int = 20) -> neuroneval
         digits_concept_model(probe),
         pairs,
         CROWD_BUDGETS,
+        raters_per_input=raters,
         trials=trials,
         prior="model",
         target=CROWD_TARGET,
@@ -487,13 +491,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"wrote {', '.join(str(p) for p in written)}")
 
     print()
+    from . import numbers
+
+    crowd_setting = numbers.numbers_setting(probe, seed)
+    rho, prevalence, auc = crowd_setting.rho, crowd_setting.prevalence, crowd_setting.auc
     print(
-        f"Crowdsourced correlation (SPEC section 6): {len(crowd_pairs(probe)[1])} (hidden unit, concept) pairs,"
-        " simulated raters wrong 23% of the time, 3 per input,"
+        f"Crowdsourced correlation (SPEC section 6), a paper-like setting: {crowd_setting.units.shape[0]:,} two-digit"
+        f" numbers (pairs of held-out digits), {len(rho)} (hidden unit, number) pairs with true correlations"
     )
-    print("a cross-fitted logistic regression on 4x4 pixels as the cheap concept model (MG-IS proposal, BRAgg prior);")
-    print(f"ratings per pair to reach a relative correlation error of {CROWD_TARGET:.1%} (mean of 20 trials):")
-    simulation = run_crowd(probe, seed)
+    print(
+        f"{rho.min():.2f}-{rho.max():.2f}, numbers on {100 * prevalence.min():.1f}-{100 * prevalence.max():.1f}% of"
+        f" the inputs, a pixel model of AUC {auc.min():.2f}-{auc.max():.2f} as the concept model (MG-IS proposal,"
+        " BRAgg prior),"
+    )
+    print(
+        f"simulated raters wrong 23% of the time, {'/'.join(map(str, numbers.RATERS))} per input; cheapest ratings"
+        f" per pair to reach a relative correlation error of {CROWD_TARGET:.1%} (mean of 20 trials):"
+    )
+    simulation = numbers.run(crowd_setting, seed)
     for line in crowd_summary(simulation):
         print(line)
     csv, png = write_crowd(simulation, out / "crowd" / "rce.csv", out / "crowd" / "rce.png")

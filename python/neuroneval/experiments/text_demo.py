@@ -78,7 +78,15 @@ def extract_ffn(model: Any, sentences: Sequence[str], store: Path, batch_size: i
 
 
 def probe_crowd(
-    probes: Any, concepts: Any, zero_shot: Any, budgets: Sequence[int], *, trials: int, seed: int, count: int = 20
+    probes: Any,
+    concepts: Any,
+    zero_shot: Any,
+    budgets: Sequence[int],
+    *,
+    trials: int,
+    seed: int,
+    count: int = 20,
+    raters: Sequence[int] = (3,),
 ) -> Any:
     """The crowd simulation on MiniLM's linear probes: `count` probe units with their own concept
     (true correlation >= 0.25, spread evenly: `common.spread_pairs`), raters wrong 23% of the time,
@@ -87,7 +95,7 @@ def probe_crowd(
     rho = neuroneval.compute(probes, concepts, ["correlation"], pairs=own)["correlation"]
     pairs = own[spread_pairs(rho, count)]
     return neuroneval.crowd.simulate(
-        probes, concepts, zero_shot, pairs, budgets, trials=trials, prior="model", seed=seed
+        probes, concepts, zero_shot, pairs, budgets, raters_per_input=raters, trials=trials, prior="model", seed=seed
     )
 
 
