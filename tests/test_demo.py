@@ -250,7 +250,7 @@ def test_demo_prints_the_paper_like_crowd_table(demo_run: tuple[Path, str]) -> N
 def test_numbers_setting_is_paper_like(probe: demo.DigitsProbe) -> None:
     from neuroneval.experiments import numbers
 
-    setting = numbers.numbers_setting(probe, n_inputs=20_000, count=12)
+    setting = demo.numbers_setting(probe, n_inputs=20_000, count=12)
     n = setting.units.shape[0]
     assert setting.concepts.shape == (n, 100) and (setting.concepts.sum(axis=1) == 1).all()
     prevalence = setting.concepts.mean(axis=0)

@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 import pytest
 from neuroneval import errors, meta
-from neuroneval.meta import ALPHA_GRID, LAMBDA_GRID, meta_auprc, meta_evaluate, split_units, tune
+from neuroneval.meta import ALPHA_GRID, LAMBDA_GRID, meta_auprc, meta_evaluate, ranking, split_units, tune
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.metrics import average_precision_score
 
@@ -393,3 +393,142 @@ def test_meta_evaluate_errors() -> None:
         meta_evaluate(a[:, :1], c, truth[:1], ["f1"])
     with pytest.raises(errors.UnknownMetricError):
         meta_evaluate(a, c, truth, ["nope"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Ties of the tuned alpha
+# ---------------------------------------------------------------------------------------------
+
+
+def brute_force_ties(a: np.ndarray, c: np.ndarray, truth: Any, metric: str, alphas: Any, lams: Any) -> list[float]:
+    """Every alpha whose best meta-AUPRC (over lams) equals the best over the whole grid, in grid order."""
+    per_alpha = {}
+    for alpha in alphas:
+        per_alpha[alpha] = max(
+            meta_auprc(neuroneval.compute(a, c, [metric], alpha=alpha, lam=lam)[metric], truth).value for lam in lams
+        )
+    best = max(per_alpha.values())
+    return [x for x in alphas if per_alpha[x] == best]
+
+
+def test_tune_reports_every_tied_alpha() -> None:
+    a, c, truth = known_alpha_case()
+    b, tb = a[:, 4:8], truth[4:8]  # B-like units: perfect at every alpha up to the prevalence
+    for grid in (list(ALPHA_GRID), [0.05, 0.02, 0.01, 0.5], [0.02, 0.1, 0.01]):
+        chosen = tune(b, c, tb, ["recall", "f1", "correlation"], alphas=grid, lams=[1.0])
+        for m in ("recall", "f1"):
+            want = brute_force_ties(b, c, tb, m, grid, [1.0])
+            assert list(chosen[m].tied_alphas) == want, (m, grid)
+            assert chosen[m].alpha == want[0]
+        assert chosen["correlation"].tied_alphas == ()
+    assert len(tune(b, c, tb, ["recall"])["recall"].tied_alphas) > 1
+    # On the mixed units only alpha = 0.05 is best: a tie of one.
+    assert tune(a, c, truth, ["f1"])["f1"].tied_alphas == (0.05,)
+
+
+@pytest.mark.parametrize("seed", [0, 10])
+def test_tune_wpmi_ties_take_the_best_lambda_of_each_alpha(seed: int) -> None:
+    a, c, truth = random_case(seed)
+    alphas, lams = [0.005, 0.02, 0.1, 0.3, 0.5], [0.0, 0.5, 1.0]
+    got = tune(a, c, truth, ["wpmi"], alphas=alphas, lams=lams)["wpmi"]
+    assert list(got.tied_alphas) == brute_force_ties(a, c, truth, "wpmi", alphas, lams)
+    assert got.tied_alphas[0] == got.alpha
+
+
+# ---------------------------------------------------------------------------------------------
+# ranking (Table 4)
+# ---------------------------------------------------------------------------------------------
+
+
+def reference_ranking(results: pl.DataFrame) -> dict[str, tuple[float, float, int]]:
+    """metric -> (mean meta-AUPRC, mean rank, NaN settings), ranks counted pair by pair."""
+    settings = list(dict.fromkeys(results["setting"].to_list()))
+    metrics = list(dict.fromkeys(results["metric"].to_list()))
+    value = {(r["setting"], r["metric"]): r["meta_auprc"] for r in results.iter_rows(named=True)}
+    out = {}
+    for m in metrics:
+        ranks, values = [], []
+        for s in settings:
+            v = value[(s, m)]
+            values.append(v)
+            higher = ties = 0
+            for other in metrics:
+                if other == m:
+                    continue
+                w = value[(s, other)]
+                if math.isnan(v):
+                    ties += math.isnan(w)
+                    higher += not math.isnan(w)
+                elif not math.isnan(w):
+                    higher += w > v
+                    ties += w == v
+            ranks.append(1 + higher + ties / 2)
+        nan = sum(math.isnan(v) for v in values)
+        mean = math.nan if nan else sum(values) / len(values)
+        out[m] = (mean, sum(ranks) / len(ranks), nan)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ranking_equals_pairwise_counts(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    metrics = ["correlation", "cosine", "auprc", "f1", "iou", "recall", "spearman", "mad", "wpmi"]
+    rows = []
+    for s in range(5):
+        values = np.round(rng.random(len(metrics)), 1)  # coarse: many ties
+        values[rng.random(len(metrics)) < 0.1] = np.nan
+        if s == 2:
+            values[:] = 0.5  # every metric tied
+        order = rng.permutation(len(metrics))  # the row order within a setting does not matter
+        rows += [{"setting": f"s{s}", "metric": metrics[j], "meta_auprc": float(values[j])} for j in order]
+    results = pl.DataFrame(rows)
+    table = ranking(results)
+    want = reference_ranking(results)
+    assert table.columns == [
+        "metric",
+        "settings",
+        "meta_auprc",
+        "rank",
+        "nan_settings",
+        "paper_meta_auprc",
+        "paper_rank",
+    ]
+    assert sorted(table["metric"].to_list()) == sorted(metrics)
+    for r in table.iter_rows(named=True):
+        mean, rank, nan = want[r["metric"]]
+        assert r["settings"] == 5
+        assert r["rank"] == pytest.approx(rank, abs=1e-12)
+        assert r["nan_settings"] == nan
+        assert (math.isnan(r["meta_auprc"]) and math.isnan(mean)) or r["meta_auprc"] == pytest.approx(mean, abs=1e-12)
+        paper = meta.PAPER_TABLE4.get(r["metric"])
+        assert (r["paper_meta_auprc"], r["paper_rank"]) == (paper if paper else (None, None))
+    # Rows by mean rank, then mean meta-AUPRC (NaN last).
+    keys = [(r, -v if not math.isnan(v) else math.inf) for r, v in zip(table["rank"], table["meta_auprc"], strict=True)]
+    assert keys == sorted(keys)
+    # Ranks of each setting sum to 1 + 2 + ... + T, so the mean ranks do too.
+    assert sum(table["rank"]) == pytest.approx(len(metrics) * (len(metrics) + 1) / 2)
+
+
+def test_ranking_of_meta_evaluate_tables_and_errors() -> None:
+    frames = []
+    for seed in (0, 1):
+        a, c, truth = random_case(seed, units=30)
+        t = meta_evaluate(a, c, truth, ["correlation", "recall", "f1"], validation=0.2, seed=seed)
+        frames.append(t.select(pl.lit(f"case {seed}").alias("setting"), pl.all()))
+    table = ranking(pl.concat(frames))
+    assert table["settings"].to_list() == [2, 2, 2]
+    assert set(table["metric"]) == {"correlation", "recall", "f1"}
+    with pytest.raises(errors.ShapeError, match="meta_auprc"):
+        ranking(pl.DataFrame({"setting": ["a"], "metric": ["f1"]}))
+    with pytest.raises(errors.EmptyInputError):
+        ranking(pl.DataFrame({"setting": [], "metric": [], "meta_auprc": []}))
+    with pytest.raises(errors.ShapeError, match="2 times"):
+        ranking(pl.DataFrame({"setting": ["a", "a"], "metric": ["f1", "f1"], "meta_auprc": [0.1, 0.2]}))
+    with pytest.raises(errors.ShapeError, match="0 times"):
+        ranking(
+            pl.DataFrame({"setting": ["a", "b", "b"], "metric": ["f1", "f1", "iou"], "meta_auprc": [0.1, 0.2, 0.3]})
+        )
+    with pytest.raises(errors.ParameterError):
+        ranking(pl.DataFrame({"setting": ["a"], "metric": ["f1"], "meta_auprc": [math.inf]}))
+    with pytest.raises(errors.ParameterError):
+        ranking({"setting": ["a"]})  # type: ignore[arg-type]

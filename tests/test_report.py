@@ -325,6 +325,31 @@ def test_crowd_needed_budgets(results: Results) -> None:
     assert not section.find_all("svg") and png_size(section.find("img").attrs["src"]) == (7, 5)
 
 
+def test_crowd_with_raters_per_input_shows_each_configuration_at_its_best(results: Results) -> None:
+    budgets = [100, 1000, 10000]
+    rows = [
+        ("uniform", "majority", 3, [0.9, 0.8, 0.7]),  # never: shown at its lowest RCE at the end (9)
+        ("uniform", "majority", 9, [0.6, 0.5, 0.4]),
+        ("mgis", "bragg", 3, [0.5, 0.2, 0.1]),  # reaches at 562
+        ("mgis", "bragg", 9, [0.3, 0.25, 0.1]),  # reaches at 316: the cheapest
+    ]
+    pl.DataFrame(
+        [
+            {"sampling": s, "aggregation": a, "raters": r, "budget": b, "rce": v, "rce_se": 0.01}
+            for s, a, r, values in rows
+            for b, v in zip(budgets, values, strict=True)
+        ]
+    ).write_csv(results.directory / "crowd" / "rce.csv")
+    section = parse(report.render_report(results.directory)).find("section", id="crowd")
+    cells = [[c.text() for c in tr.children if not isinstance(c, str)] for tr in section.find("tbody").find_all("tr")]
+    expected = 100 * 10 ** ((0.3 - 0.275) / (0.3 - 0.25))  # 9 raters: between 100 and 1,000
+    assert [r[:2] for r in cells] == [
+        ["uniform + majority", "never on this grid"],
+        ["MG-IS + BRAgg", f"{expected:,.0f}"],
+    ]
+    assert "0.400" in cells[0][2]  # the RCE at the end of the 9-rater curve, not the 3-rater one's 0.700
+
+
 def test_self_contained(results: Results) -> None:
     page = report.render_report(results.directory)
     doc = parse(page)

@@ -42,6 +42,9 @@ RECORD_COLUMNS = [
     "units",
     "alpha",
     "lam",
+    "ci_low",
+    "ci_high",
+    "tied_alphas",
 ]
 
 
@@ -573,7 +576,7 @@ def test_theoretical_errors() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def reference_decrease(
+def reference_deltas(
     metric: str,
     a: np.ndarray,
     c: np.ndarray,
@@ -585,11 +588,10 @@ def reference_decrease(
     seed: int,
     keep: float = 0.5,
     rate: float = 2.0,
-    epsilon: float = 1e-3,
     k: int = 25,
     top_alpha: float = 0.002,
-) -> dict[str, tuple[float, int]]:
-    """(Decrease Acc, NaN deltas) per perturbation, one compute call per unit and version."""
+) -> dict[str, list[float]]:
+    """Each unit's range-normalised delta per perturbation, one compute call per unit and version."""
     kw: dict[str, Any] = dict(alpha=alpha, lam=lam, k=k, top_alpha=top_alpha, seed=seed)
     versions = {
         "original": c,
@@ -608,11 +610,27 @@ def reference_decrease(
         scale = float(np.nanmax(entries) - np.nanmin(entries))
     else:
         scale = rng[1] - rng[0]
+    return {
+        v: [(after - before) / scale for before, after in zip(own["original"], own[v], strict=True)]
+        for v in ("missing", "extra")
+    }
+
+
+def reference_decrease(
+    metric: str,
+    a: np.ndarray,
+    c: np.ndarray,
+    truth: np.ndarray,
+    units: np.ndarray,
+    *,
+    epsilon: float = 1e-3,
+    **kw: Any,
+) -> dict[str, tuple[float, int]]:
+    """(Decrease Acc, NaN deltas) per perturbation, from `reference_deltas`."""
     out = {}
-    for v in ("missing", "extra"):
+    for v, deltas in reference_deltas(metric, a, c, truth, units, **kw).items():
         decreased = nan = 0
-        for before, after in zip(own["original"], own[v], strict=True):
-            delta = (after - before) / scale
+        for delta in deltas:
             if math.isnan(delta):
                 nan += 1
             elif delta < -epsilon:
@@ -935,3 +953,132 @@ def test_write_creates_files_atomically(tmp_path: Any) -> None:
     other = tmp_path / "nochart"
     r.write(other, chart=False)
     assert sorted(p.name for p in other.iterdir()) == ["records.csv", "table.csv", "table.md"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Bootstrap intervals over units, and ties of the tuned alpha
+# ---------------------------------------------------------------------------------------------
+
+
+def reference_interval(values: np.ndarray, level: float, resamples: int, seed: int) -> np.ndarray:
+    """A slow percentile bootstrap: one resample at a time from default_rng([seed, 3]), each
+    column's mean over the drawn rows, then the two quantiles by linear interpolation by hand."""
+    rng = np.random.default_rng([seed, 3])
+    v = values if values.ndim == 2 else values[:, None]
+    n = v.shape[0]
+    means = []
+    for _ in range(resamples):
+        rows = rng.integers(0, n, size=n)
+        means.append(v[rows].mean(axis=0))
+    means_arr = np.array(means)
+    out = np.empty((2, v.shape[1]))
+    for i, q in enumerate(((1 - level) / 2, (1 + level) / 2)):
+        for j in range(v.shape[1]):
+            col = sorted(means_arr[:, j])
+            pos = q * (resamples - 1)
+            lo = math.floor(pos)
+            hi = min(lo + 1, resamples - 1)
+            out[i, j] = col[lo] + (pos - lo) * (col[hi] - col[lo])
+    return out if values.ndim == 2 else out[:, 0]
+
+
+@pytest.mark.parametrize(
+    "n, columns, level, resamples, seed",
+    [(1, 1, 0.95, 50, 0), (7, 1, 0.9, 333, 4), (40, 3, 0.95, 200, 1), (25_000, 2, 0.8, 170, 9)],
+)
+def test_bootstrap_interval_equals_slow_loop(n: int, columns: int, level: float, resamples: int, seed: int) -> None:
+    # 25,000 rows resample in batches of 160: the batches draw exactly what one resample at a time draws.
+    rng = np.random.default_rng(seed + 100)
+    values = np.concatenate([rng.random((n, 1)) < 0.7, rng.normal(size=(n, 2))], axis=1)[:, :columns].astype(float)
+    got = sanity.bootstrap_interval(values, level=level, resamples=resamples, seed=seed)
+    want = reference_interval(values, level, resamples, seed)
+    assert got.shape == (2, columns)
+    assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    one = sanity.bootstrap_interval(values[:, 0], level=level, resamples=resamples, seed=seed)
+    assert one.shape == (2,)
+    assert_allclose(one, want[:, 0], rtol=1e-12, atol=1e-12)  # a column's interval does not depend on the others
+
+
+def test_bootstrap_interval_properties_and_errors() -> None:
+    flags = np.array([1.0] * 30 + [0.0] * 10)
+    low, high = sanity.bootstrap_interval(flags, seed=3)
+    assert low <= 0.75 <= high and high - low < 0.35
+    assert_array_equal(sanity.bootstrap_interval(np.ones(12), seed=1), [1.0, 1.0])
+    again = sanity.bootstrap_interval(flags, seed=3)
+    assert_array_equal(again, [low, high])
+    assert not np.array_equal(sanity.bootstrap_interval(flags, seed=4), again)
+    wider = sanity.bootstrap_interval(flags, level=0.99, seed=3)
+    assert wider[0] <= low and wider[1] >= high
+    with pytest.raises(errors.EmptyInputError):
+        sanity.bootstrap_interval(np.empty(0))
+    with pytest.raises(errors.NonFiniteError, match="row 2"):
+        sanity.bootstrap_interval([1.0, 0.0, np.nan])
+    with pytest.raises(errors.ShapeError):
+        sanity.bootstrap_interval(np.zeros((2, 2, 2)))
+    for level in (0.0, 1.0, 1.5):
+        with pytest.raises(errors.ParameterError, match="level"):
+            sanity.bootstrap_interval(flags, level=level)
+    with pytest.raises(errors.ParameterError, match="resamples"):
+        sanity.bootstrap_interval(flags, resamples=0)
+
+
+def test_experimental_intervals_resample_the_test_units() -> None:
+    a, c, truth = experimental_data(7)
+    seed = 3
+    names = ["f1", "correlation", "wpmi"]
+    _, test = split_units(a.shape[1], 0.2, seed)
+    result = sanity.experimental(a, c, truth, names, alpha=0.05, validation=0.2, seed=seed, resamples=300, level=0.9)
+    for m in names:
+        deltas = reference_deltas(m, a, c, truth, test, alpha=0.05, lam=1.0, seed=seed)
+        for row in result.records.filter(metric=m).iter_rows(named=True):
+            flags = np.array([not math.isnan(d) and d < -1e-3 for d in deltas[row["perturbation"]]], dtype=float)
+            low, high = 100 * reference_interval(flags, 0.9, 300, seed)
+            assert row["ci_low"] == pytest.approx(low, abs=1e-9), (m, row)
+            assert row["ci_high"] == pytest.approx(high, abs=1e-9), (m, row)
+            assert row["ci_low"] <= row["decrease_acc"] <= row["ci_high"]
+    # No resampling, no interval; the rest is unchanged.
+    plain = sanity.experimental(a, c, truth, names, alpha=0.05, validation=0.2, seed=seed, resamples=0)
+    assert plain.records["ci_low"].null_count() == plain.records.height
+    assert plain.records.drop("ci_low", "ci_high").equals(result.records.drop("ci_low", "ci_high"))
+    # decrease_accuracy counts every unit.
+    one = sanity.decrease_accuracy("f1", a, c, truth, alpha=0.05, seed=seed, resamples=300, level=0.9)
+    deltas = reference_deltas("f1", a, c, truth, np.arange(a.shape[1]), alpha=0.05, lam=1.0, seed=seed)
+    flags = np.array([not math.isnan(d) and d < -1e-3 for d in deltas["missing"]], dtype=float)
+    assert one.records["ci_low"][0] == pytest.approx(100 * reference_interval(flags, 0.9, 300, seed)[0], abs=1e-9)
+    with pytest.raises(errors.ParameterError, match="resamples"):
+        sanity.experimental(a, c, truth, names, alpha=0.05, resamples=-1)
+    with pytest.raises(errors.ParameterError, match="level"):
+        sanity.experimental(a, c, truth, names, alpha=0.05, level=1.0)
+
+
+def test_experimental_reports_tied_alphas() -> None:
+    a, c, truth = experimental_data(8)
+    seed = 4
+    names = ["recall", "f1", "wpmi", "correlation"]
+    val, _ = split_units(a.shape[1], 0.25, seed)
+    result = sanity.experimental(a, c, truth, names, validation=0.25, seed=seed, resamples=0)
+    saw_tie = False
+    for m in names:
+        # Brute force: each alpha's best validation meta-AUPRC (over lambda for wpmi).
+        lams = [i / 100 for i in range(101)] if m == "wpmi" else [1.0]
+        per_alpha = [
+            max(
+                neuroneval.meta_auprc(neuroneval.compute(a[:, val], c, [m], alpha=x, lam=lam)[m], truth[val]).value
+                for lam in lams
+            )
+            for x in neuroneval.meta.ALPHA_GRID
+        ]
+        rows = result.records.filter(metric=m)
+        if not neuroneval.METRICS[m].uses_alpha:
+            assert rows["tied_alphas"].null_count() == 2
+            continue
+        best = max(per_alpha)
+        ties = sum(v == best for v in per_alpha)
+        saw_tie |= ties > 1
+        assert rows["tied_alphas"].to_list() == [ties, ties], m
+        assert rows["alpha"][0] == neuroneval.meta.ALPHA_GRID[per_alpha.index(best)]
+    assert saw_tie  # recall ties on these units
+    fixed = sanity.experimental(a, c, truth, names, alpha=0.05, seed=seed, resamples=0)
+    assert fixed.records["tied_alphas"].null_count() == fixed.records.height
+    theory = sanity.theoretical(["f1"], n=100_000, seeds=5).records
+    assert theory.select("ci_low", "ci_high", "tied_alphas").null_count().row(0) == (theory.height,) * 3

@@ -4,7 +4,8 @@ A unit whose correct concept is known (a class output, a superclass sum, a linea
 should score that concept above the others. `meta_auprc` pools every (unit, concept) score
 into one average precision against "t is unit k's concept"; `tune` picks each metric's alpha
 and lambda on validation units over SPEC's grids; `meta_evaluate` does the whole protocol
-(seeded split, tuning on validation, meta-AUPRC on test) for a list of metrics.
+(seeded split, tuning on validation, meta-AUPRC on test) for a list of metrics; `ranking`
+averages meta-AUPRC and ranks over several settings (the paper's Table 4).
 """
 
 from __future__ import annotations
@@ -44,10 +45,12 @@ from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, metric_list
 __all__ = [
     "ALPHA_GRID",
     "LAMBDA_GRID",
+    "PAPER_TABLE4",
     "MetaAuprc",
     "Tuned",
     "meta_auprc",
     "meta_evaluate",
+    "ranking",
     "split_units",
     "truth_matrix",
     "tune",
@@ -57,6 +60,17 @@ __all__ = [
 ALPHA_GRID: tuple[float, ...] = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 #: SPEC section 5's lambda grid for wpmi: 0 to 1 in steps of 0.01.
 LAMBDA_GRID: tuple[float, ...] = tuple(i / 100 for i in range(101))
+#: The paper's Table 4 (average meta-AUPRC, average rank over its 10 settings) for the metrics
+#: it lists; f1 and iou share a row, spearman used random tie-breaking.
+PAPER_TABLE4: dict[str, tuple[float, float]] = {
+    "correlation": (0.8765, 1.60),
+    "cosine": (0.8666, 2.30),
+    "auprc": (0.8406, 3.90),
+    "f1": (0.8140, 6.70),
+    "iou": (0.8140, 6.70),
+    "recall": (0.6722, 11.30),
+    "spearman": (0.0853, 16.20),
+}
 
 
 @dataclass(frozen=True)
@@ -151,6 +165,9 @@ class Tuned:
     """A metric's parameters chosen on validation units, and the meta-AUPRC they reached there.
 
     `alpha` is None for metrics without a top-alpha set and `lam` None for all but wpmi.
+    `tied_alphas` holds, in grid order, every alpha of the grid whose best meta-AUPRC (over
+    lambda, for wpmi) equals the chosen one: ``(alpha,)`` when no tie decided, longer when
+    the first-best rule did; empty for metrics without alpha.
     """
 
     metric: str
@@ -158,6 +175,7 @@ class Tuned:
     lam: float | None
     meta_auprc: float
     nan_scores: int
+    tied_alphas: tuple[float, ...] = ()
 
 
 def tune(
@@ -195,6 +213,13 @@ def tune(
     >>> a = c + 0.01 * rng.random((400, 3))          # unit t fires on concept t
     >>> tune(a, c, np.arange(3), ["correlation", "recall"])["recall"].meta_auprc
     1.0
+
+    Every alpha from 0.005 on (a top set of 2 or more of the 400 inputs) ranks each unit's
+    concept first: the first of them is chosen, and `tied_alphas` shows that a tie decided.
+
+    >>> t = tune(a, c, np.arange(3), ["recall"])["recall"]
+    >>> t.alpha, t.tied_alphas
+    (0.005, (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5))
     """
     names = metric_list(metrics)
     alpha_grid = _grid(alphas, "alphas", "alpha")
@@ -218,11 +243,15 @@ def tune(
             tuned[m] = Tuned(m, None, None, meta.value, meta.nan_scores)
     with_alpha = [m for m in names if METRICS[m].uses_alpha]
     best: dict[str, tuple[float, float, float | None, int]] = {}  # metric -> (value, alpha, lam, nan)
+    at_alpha: dict[str, dict[float, float]] = {m: {} for m in with_alpha}  # metric -> alpha -> best value there
 
     def consider(m: str, s: npt.NDArray[np.float64], alpha: float, lam: float | None) -> None:
         meta = meta_auprc(s, truth)
         if m not in best or meta.value > best[m][0]:
             best[m] = (meta.value, alpha, lam, meta.nan_scores)
+        seen = at_alpha[m].get(alpha)
+        if seen is None or meta.value > seen:
+            at_alpha[m][alpha] = meta.value
 
     for alpha in alpha_grid:
         if not with_alpha:
@@ -238,8 +267,14 @@ def tune(
                 consider("wpmi", s0 + lam * slope, alpha, lam)
     for m in with_alpha:
         value, best_alpha, best_lam, nan = best[m]
-        tuned[m] = Tuned(m, best_alpha, best_lam, value, nan)
+        tied = tuple(dict.fromkeys(x for x in alpha_grid if _same(at_alpha[m][x], value)))
+        tuned[m] = Tuned(m, best_alpha, best_lam, value, nan, tied)
     return {m: tuned[m] for m in names}
+
+
+def _same(x: float, y: float) -> bool:
+    """Equal, NaN equal to NaN (a NaN meta-AUPRC that nothing beat is still the chosen value)."""
+    return x == y or (np.isnan(x) and np.isnan(y))
 
 
 def meta_evaluate(
@@ -326,6 +361,108 @@ def meta_evaluate(
             "passes_sanity_in_paper": pl.Boolean,
         },
     )
+
+
+def ranking(results: pl.DataFrame) -> pl.DataFrame:
+    """The paper's Table 4: each metric's average meta-AUPRC and average rank over settings.
+
+    `results` has one row per (setting, metric) with columns ``setting``, ``metric`` and
+    ``meta_auprc`` (e.g. `meta_evaluate`'s tables, each with a ``setting`` column added);
+    every setting must hold the same metrics, each once. Within a setting the metrics are
+    ranked by meta-AUPRC, 1 the highest; tied values share the mean of their ranks, and NaN
+    ranks below every number (NaNs tie with each other). A metric's ``meta_auprc`` is its
+    mean over the settings (NaN when one is NaN, counted in ``nan_settings``) and ``rank`` its
+    mean rank. Rows are ordered by mean rank, then mean meta-AUPRC (NaN last), then first
+    appearance; ``paper_meta_auprc`` and ``paper_rank`` are `PAPER_TABLE4` (null where the
+    paper does not list the metric).
+
+    Examples
+    --------
+    >>> results = pl.DataFrame({
+    ...     "setting": ["a", "a", "a", "b", "b", "b"],
+    ...     "metric": ["correlation", "recall", "f1"] * 2,
+    ...     "meta_auprc": [1.0, 0.5, 0.75, 0.75, 0.75, float("nan")],
+    ... })
+    >>> ranking(results).select("metric", "settings", "meta_auprc", "rank", "nan_settings").rows()
+    [('correlation', 2, 0.875, 1.25, 0), ('recall', 2, 0.625, 2.25, 0), ('f1', 2, nan, 2.5, 1)]
+    """
+    if not isinstance(results, pl.DataFrame):
+        raise ParameterError(f"results must be a polars DataFrame; got {type(results).__name__}")
+    missing = [c for c in ("setting", "metric", "meta_auprc") if c not in results.columns]
+    if missing:
+        raise ShapeError(f"results lack the column(s) {', '.join(missing)}; need setting, metric, meta_auprc")
+    if results.height == 0:
+        raise EmptyInputError("results are empty: no setting to rank metrics over")
+    settings = list(dict.fromkeys(results["setting"].to_list()))
+    metrics = list(dict.fromkeys(results["metric"].to_list()))
+    values = np.full((len(settings), len(metrics)), np.nan)
+    seen = np.zeros(values.shape, dtype=np.int64)
+    s_index = {s: i for i, s in enumerate(settings)}
+    m_index = {m: j for j, m in enumerate(metrics)}
+    for setting, metric, value in results.select("setting", "metric", "meta_auprc").iter_rows():
+        i, j = s_index[setting], m_index[metric]
+        seen[i, j] += 1
+        v = np.nan if value is None else check_real(value, "meta_auprc", finite=False)
+        if np.isinf(v):
+            raise ParameterError(
+                f"meta_auprc of {metric!r} in setting {setting!r} is {v}; expected a number in [0, 1] or NaN"
+            )
+        values[i, j] = v
+    if (seen != 1).any():
+        i, j = np.argwhere(seen != 1)[0]
+        raise ShapeError(
+            f"setting {settings[i]!r} holds metric {metrics[j]!r} {seen[i, j]} times; every setting needs every metric once"
+        )
+    ranks = np.empty_like(values)
+    for i in range(len(settings)):
+        ranks[i] = _midranks_descending(values[i])
+    mean_value = values.mean(axis=0)
+    mean_rank = ranks.mean(axis=0)
+    nan_settings = np.isnan(values).sum(axis=0)
+    order = sorted(
+        range(len(metrics)),
+        key=lambda j: (mean_rank[j], -mean_value[j] if not np.isnan(mean_value[j]) else np.inf, j),
+    )
+    rows = [
+        {
+            "metric": metrics[j],
+            "settings": len(settings),
+            "meta_auprc": float(mean_value[j]),
+            "rank": float(mean_rank[j]),
+            "nan_settings": int(nan_settings[j]),
+            "paper_meta_auprc": PAPER_TABLE4[metrics[j]][0] if metrics[j] in PAPER_TABLE4 else None,
+            "paper_rank": PAPER_TABLE4[metrics[j]][1] if metrics[j] in PAPER_TABLE4 else None,
+        }
+        for j in order
+    ]
+    return pl.DataFrame(
+        rows,
+        schema={
+            "metric": pl.String,
+            "settings": pl.Int64,
+            "meta_auprc": pl.Float64,
+            "rank": pl.Float64,
+            "nan_settings": pl.Int64,
+            "paper_meta_auprc": pl.Float64,
+            "paper_rank": pl.Float64,
+        },
+    )
+
+
+def _midranks_descending(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Ranks 1..n, highest value first, ties sharing the mean of their ranks, NaN below every number."""
+    key = np.where(np.isnan(values), np.inf, -values)  # ascending key; NaN (and only NaN) last
+    order = np.argsort(key, kind="stable")
+    sorted_key = key[order]
+    ranks = np.empty(values.size)
+    start = 0
+    while start < values.size:
+        stop = start
+        while stop + 1 < values.size and sorted_key[stop + 1] == sorted_key[start]:
+            stop += 1
+        ranks[order[start : stop + 1]] = (start + stop) / 2 + 1
+        start = stop + 1
+    return ranks
 
 
 # --------------------------------------------------------------------------------------------

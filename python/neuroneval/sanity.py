@@ -10,6 +10,8 @@ lower for almost every unit (Decrease Acc >= 90%).
 - `theoretical`: the paper's theoretical protocol (a perfect binary unit, five gammas, many
   seeds), computed from the perturbations' exact count distributions rather than by
   drawing N Bernoulli variables per seed.
+- `bootstrap_interval`: a seeded percentile bootstrap over units, which the experimental
+  runs use for an interval around each Decrease Acc.
 
 All return a `SanityResult`, which renders as the paper's Table 3, exports to polars, CSV
 and markdown, and draws a bar chart.
@@ -66,6 +68,7 @@ __all__ = [
     "PAPER_TABLE3",
     "PASS_LEVEL",
     "SanityResult",
+    "bootstrap_interval",
     "decrease_accuracy",
     "experimental",
     "extra_labels",
@@ -106,7 +109,10 @@ PAPER_TABLE3: dict[str, tuple[float, float, float, float]] = {
     "inverse_auprc": (99.15, 100, 95.58, 89.54),
 }
 
-_MISSING, _EXTRA = 1, 2  # stream tags: the two perturbations never share random numbers
+_MISSING, _EXTRA, _BOOTSTRAP = 1, 2, 3  # stream tags: perturbations and resampling never share random numbers
+#: Resamples of the bootstrap interval of an experimental Decrease Acc, and its level.
+RESAMPLES = 1000
+LEVEL = 0.95
 
 
 # --------------------------------------------------------------------------------------------
@@ -228,7 +234,11 @@ class SanityResult:
     as "digits: class units" or "theoretical"), kind ("experimental" or "theoretical"),
     metric, perturbation ("missing" or "extra"), gamma (null except for theoretical per-gamma
     rows), decrease_acc (percent), se (its standard error over seeds, theoretical only),
-    nan_deltas, units (units or seeds counted), alpha and lam (the values used).
+    nan_deltas, units (units or seeds counted), alpha and lam (the values used), ci_low and
+    ci_high (experimental only: a percentile bootstrap interval of decrease_acc over the
+    counted units, `bootstrap_interval`; null when no resampling was asked for), and
+    tied_alphas (tuned experimental runs, metrics with alpha: how many grid alphas reached
+    the best validation meta-AUPRC, so that the first-best rule chose among them when above 1).
     """
 
     records: pl.DataFrame
@@ -360,14 +370,69 @@ _SCHEMA: dict[str, Any] = {
     "units": pl.Int64,
     "alpha": pl.Float64,
     "lam": pl.Float64,
+    "ci_low": pl.Float64,
+    "ci_high": pl.Float64,
+    "tied_alphas": pl.Int64,
 }
 
 
 def _decrease(delta: Array, epsilon: float) -> tuple[float, int]:
     """Decrease Acc in percent (NaN counts as "did not decrease") and the NaN count."""
+    decreased, nan = _decreased(delta, epsilon)
+    return 100.0 * float(decreased.mean()), nan
+
+
+def _decreased(delta: Array, epsilon: float) -> tuple[npt.NDArray[np.bool_], int]:
+    """Per unit: did the score decrease (delta < -epsilon; NaN counts as no)? And the NaN count."""
     nan = np.isnan(delta)
-    decreased = np.where(nan, False, delta < -epsilon)
-    return 100.0 * float(decreased.mean()), int(nan.sum())
+    return np.where(nan, False, delta < -epsilon), int(nan.sum())
+
+
+def bootstrap_interval(
+    values: Any, *, level: float = LEVEL, resamples: int = RESAMPLES, seed: int = 0
+) -> npt.NDArray[np.float64]:
+    """Percentile bootstrap interval of the mean of `values` over its rows (units).
+
+    Each of `resamples` resamples draws as many rows as there are, uniformly with
+    replacement, from numpy's ``default_rng([seed, 3])`` (a stream no perturbation uses): the
+    r-th resample's rows are the r-th block of ``integers(0, K, size=K)`` draws, and every
+    column is resampled with the same rows. The interval is the (1 - level) / 2 and
+    (1 + level) / 2 quantiles of the resampled means (numpy's default, linear interpolation).
+
+    `values` (K >= 1 finite per-unit values, shape (K,) or (K, M), e.g. 0/1 decreases) gives the
+    lower and upper ends, shape (2,) or (2, M); `level` is in (0, 1), `resamples` at least 1.
+
+    Examples
+    --------
+    >>> decreased = np.array([1] * 45 + [0] * 5, dtype=float)   # Decrease Acc 90%, 50 units
+    >>> (100 * bootstrap_interval(decreased, seed=0)).round(1).tolist()
+    [82.0, 98.0]
+    """
+    v = as_real_array(values, "values")
+    one_column = v.ndim == 1
+    if one_column:
+        v = v[:, None]
+    if v.ndim != 2:
+        raise ShapeError(f"values must be 1-D or 2-D (units x columns); got shape {v.shape}")
+    if v.shape[0] == 0 or v.shape[1] == 0:
+        raise EmptyInputError(f"values have shape {v.shape}; need at least one unit and one column")
+    if not np.isfinite(v).all():
+        i, j = np.argwhere(~np.isfinite(v))[0]
+        raise NonFiniteError(f"values hold a non-finite value at row {i}, column {j}")
+    level = check_between(level, "level", 0.0, 1.0)
+    resamples = check_integer(resamples, "resamples", minimum=1)
+    seed = check_seed(seed)
+    rng = np.random.default_rng([seed, _BOOTSTRAP])
+    n = v.shape[0]
+    means = np.empty((resamples, v.shape[1]))
+    block = max(1, 4_000_000 // n)  # resamples per batch: bounded memory, the same draws in the same order
+    for start in range(0, resamples, block):
+        r = min(block, resamples - start)
+        rows = rng.integers(0, n, size=(r, n))
+        counts = np.bincount((rows + n * np.arange(r)[:, None]).ravel(), minlength=r * n).reshape(r, n)
+        means[start : start + r] = (counts @ v) / n
+    out = np.quantile(means, [(1.0 - level) / 2.0, (1.0 + level) / 2.0], axis=0)
+    return out[:, 0] if one_column else out
 
 
 def _data_range(*scores: Array) -> float:
@@ -399,6 +464,8 @@ def decrease_accuracy(
     seed: int = 0,
     k: int = 25,
     top_alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
+    resamples: int = RESAMPLES,
+    level: float = LEVEL,
 ) -> SanityResult:
     """Decrease Acc of one metric under both perturbations, on units with known concepts.
 
@@ -406,7 +473,9 @@ def decrease_accuracy(
     unit's delta is (s(a_k, c_pert) - s(a_k, c)) / range for its correct concept; the range
     is the metric's (SPEC section 3), or for wpmi and mad the max minus min over every entry
     of the original, missing and extra score matrices of these units. NaN deltas count as
-    "did not decrease" and are reported in `nan_deltas`.
+    "did not decrease" and are reported in `nan_deltas`. `ci_low` and `ci_high` are the
+    `bootstrap_interval` (at `level`, `resamples` resamples, `seed`) of the units' 0/1
+    decreases, in percent; `resamples` = 0 leaves them null.
 
     Parameters
     ----------
@@ -441,6 +510,8 @@ def decrease_accuracy(
         k=k,
         top_alpha=top_alpha,
         setting="experimental",
+        resamples=resamples,
+        level=level,
     )
 
 
@@ -461,6 +532,8 @@ def experimental(
     k: int = 25,
     top_alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
     setting: str = "experimental",
+    resamples: int = RESAMPLES,
+    level: float = LEVEL,
 ) -> SanityResult:
     """The paper's experimental sanity check on real units (SPEC section 4).
 
@@ -470,9 +543,13 @@ def experimental(
     3. Unless `alpha` is given, each metric's alpha (and wpmi's lambda) is the first best
        meta-AUPRC on the validation units over SPEC's grids (`neuroneval.meta.tune`).
     4. One perturbation draw of the concept matrix (missing and extra, seeded), shared by
-       all units; Decrease Acc on the test units.
+       all units; Decrease Acc on the test units, with a `bootstrap_interval` over them
+       (`level`, `resamples`; 0 resamples for none) in `ci_low` and `ci_high`.
 
-    Returns a `SanityResult` whose records carry `setting`, the alpha and lambda used.
+    Returns a `SanityResult` whose records carry `setting`, the alpha and lambda used, and
+    for tuned metrics with alpha `tied_alphas`: how many grid alphas tied for the best
+    validation meta-AUPRC (above 1, the first-best rule decided among them; the `validation`
+    share sets how many units tune, and few units tie often).
 
     Examples
     --------
@@ -508,9 +585,11 @@ def experimental(
         truth_idx = np.asarray(np.where(np.isnan(iou), -np.inf, iou).argmax(axis=1), dtype=np.int64)
     else:
         truth_idx = _truth_indices(truth, a.shape[1])
+    ties: dict[str, int | None] = {}
     if alpha is None:
         chosen = tune(a[:, val], c, truth_idx[val], names, k=k, top_alpha=top_alpha, seed=seed)
         params = {m: (t.alpha or DEFAULT_ALPHA, 1.0 if t.lam is None else t.lam) for m, t in chosen.items()}
+        ties = {m: len(t.tied_alphas) if t.tied_alphas else None for m, t in chosen.items()}
     else:
         params = {m: (alpha, 1.0 if lam is None else lam) for m in names}
     return _experimental_run(
@@ -527,6 +606,9 @@ def experimental(
         k=k,
         top_alpha=top_alpha,
         setting=setting,
+        resamples=resamples,
+        level=level,
+        ties=ties,
     )
 
 
@@ -545,6 +627,9 @@ def _experimental_run(
     k: int,
     top_alpha: float,
     setting: str,
+    resamples: int,
+    level: float,
+    ties: dict[str, int | None] | None = None,
 ) -> SanityResult:
     if a.shape[0] != c.shape[0]:
         raise ShapeError(f"activations have {a.shape[0]} inputs (rows) but concepts have {c.shape[0]}")
@@ -557,6 +642,8 @@ def _experimental_run(
         check_parameter("lam", lam=lam)
     check_parameter("k", k=k)
     check_parameter("top_alpha", top_alpha=top_alpha)
+    resamples = check_integer(resamples, "resamples", minimum=0)
+    level = check_between(level, "level", 0.0, 1.0)
     if units is None:
         units = np.arange(a.shape[1])
     perturbed = {"missing": missing_labels(c, keep, seed), "extra": extra_labels(c, rate, seed)}
@@ -565,6 +652,7 @@ def _experimental_run(
     for m in names:
         groups.setdefault(params[m], []).append(m)
     rows: list[dict[str, Any]] = []
+    flags: list[npt.NDArray[np.bool_]] = []  # per row: each counted unit's decrease
     for (alpha, lam), group in groups.items():
 
         def scores(
@@ -594,7 +682,9 @@ def _experimental_run(
             scale = span[m] if m in span else _value_range(m)
             for version in ("missing", "extra"):
                 delta = (own[version][m] - own["original"][m]) / scale
-                acc, nan = _decrease(delta, epsilon)
+                decreased, nan = _decreased(delta, epsilon)
+                acc = 100.0 * float(decreased.mean())
+                flags.append(decreased)
                 rows.append(
                     dict(
                         setting=setting,
@@ -608,8 +698,18 @@ def _experimental_run(
                         units=int(units.size),
                         alpha=alpha if METRICS[m].uses_alpha else None,
                         lam=lam if METRICS[m].uses_lambda else None,
+                        ci_low=None,
+                        ci_high=None,
+                        tied_alphas=(ties or {}).get(m) if METRICS[m].uses_alpha else None,
                     )
                 )
+    if resamples and rows:
+        # One resampling of the units for every metric and perturbation: the intervals are paired.
+        ends = 100.0 * bootstrap_interval(
+            np.stack(flags, axis=1).astype(np.float64), level=level, resamples=resamples, seed=seed
+        )
+        for row, (low, high) in zip(rows, ends.T, strict=True):
+            row["ci_low"], row["ci_high"] = float(low), float(high)
     order = {m: i for i, m in enumerate(names)}
     rows.sort(key=lambda r: (order[r["metric"]], r["perturbation"] != "missing"))
     return SanityResult(pl.DataFrame(rows, schema=_SCHEMA))
@@ -741,6 +841,9 @@ def _theory_row(
         units=count,
         alpha=None,
         lam=lam if METRICS[metric].uses_lambda else None,
+        ci_low=None,
+        ci_high=None,
+        tied_alphas=None,
     )
 
 

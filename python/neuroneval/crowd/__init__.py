@@ -39,7 +39,7 @@ from __future__ import annotations
 from .aggregation import aggregate, bragg_posterior, label_attenuation, rater_error_rates
 from .estimation import estimate
 from .sampling import CONFIGURATIONS, METHODS, Plan, plan, proposal
-from .simulation import Simulation, cheapest_budgets, configuration_name, needed_budgets, simulate
+from .simulation import Simulation, best_raters, cheapest_budgets, configuration_name, needed_budgets, simulate
 
 __all__ = [
     "CONFIGURATIONS",
@@ -47,6 +47,7 @@ __all__ = [
     "Plan",
     "Simulation",
     "aggregate",
+    "best_raters",
     "bragg_posterior",
     "cheapest_budgets",
     "configuration_name",

@@ -133,23 +133,40 @@ def configuration_name(sampling: str, aggregation: str) -> str:
 
 
 def _best_raters(simulation: Simulation) -> dict[tuple[str, str], int | None]:
-    """Each configuration's raters per input: its cheapest to reach the target, else its lowest RCE
-    at the largest budget (None for every configuration of a table without raters)."""
-    out: dict[tuple[str, str], int | None] = {}
+    """Each configuration's raters per input (`best_raters`; None for a table without raters)."""
     if "raters" not in simulation.rce.columns:
         return {
             key: None for key in simulation.rce.select("sampling", "aggregation").unique(maintain_order=True).rows()
         }
-    cheapest = simulation.cheapest()
+    best = best_raters(simulation.rce, simulation.target)
+    return {
+        (s, m): int(r)
+        for s, m, r in best.select("sampling", "aggregation", "raters").unique(maintain_order=True).rows()
+    }
+
+
+def best_raters(rce: pl.DataFrame, target: float) -> pl.DataFrame:
+    """The rows of an RCE table with raters (as `Simulation.rce`) at each configuration's best
+    raters per input: its cheapest to reach RCE <= target (`cheapest_budgets`), else its lowest
+    RCE at its largest budget. One curve per configuration, to draw or to report.
+
+    Examples
+    --------
+    >>> rce = pl.DataFrame({"sampling": ["uniform"] * 4, "aggregation": ["majority"] * 4,
+    ...                     "raters": [3, 3, 9, 9], "budget": [300, 900, 300, 900], "rce": [0.5, 0.4, 0.3, 0.2]})
+    >>> best_raters(rce, 0.25)["raters"].to_list()
+    [9, 9]
+    """
+    cheapest = cheapest_budgets(rce, target)
+    frames = []
     for row in cheapest.iter_rows(named=True):
-        key = (row["sampling"], row["aggregation"])
-        if row["raters"] is not None:
-            out[key] = int(row["raters"])
-            continue
-        group = simulation.rce.filter(sampling=key[0], aggregation=key[1])
-        last = group.filter(pl.col("budget") == group["budget"].max())
-        out[key] = int(last.sort("rce")["raters"][0])
-    return out
+        group = rce.filter(sampling=row["sampling"], aggregation=row["aggregation"])
+        raters = row["raters"]
+        if raters is None:
+            last = group.filter(pl.col("budget") == group["budget"].max())
+            raters = last.sort("rce", maintain_order=True)["raters"][0]
+        frames.append(group.filter(raters=raters))
+    return pl.concat(frames)
 
 
 def needed_budgets(rce: pl.DataFrame, target: float) -> pl.DataFrame:

@@ -25,7 +25,15 @@ import neuroneval.crowd
 from neuroneval import report
 from neuroneval.files import write_atomic
 
-__all__ = ["PAPER_MODEL_RCE", "PAPER_NEEDED", "crowd_summary", "spread_pairs", "write_crowd", "write_page"]
+__all__ = [
+    "CROWD_TARGET",
+    "PAPER_MODEL_RCE",
+    "PAPER_NEEDED",
+    "crowd_summary",
+    "spread_pairs",
+    "write_crowd",
+    "write_page",
+]
 
 
 def spread_pairs(rho: npt.ArrayLike, count: int = 20, min_rho: float = 0.25) -> npt.NDArray[np.int64]:
@@ -43,6 +51,8 @@ def spread_pairs(rho: npt.ArrayLike, count: int = 20, min_rho: float = 0.25) -> 
     return ranked[np.linspace(0, ranked.size - 1, min(count, ranked.size)).astype(np.int64)]
 
 
+#: The crowd simulations' target: a relative correlation error of 27.5%, as in the paper.
+CROWD_TARGET = 0.275
 #: Ratings per pair the CVPR paper's simulation needed to reach RCE 27.5% (SPEC section 6).
 PAPER_NEEDED: dict[tuple[str, str], int] = {
     ("uniform", "majority"): 22_560,

@@ -46,7 +46,8 @@ from neuroneval import report
 from neuroneval.files import write_atomic
 from neuroneval.torch import capture, extract
 
-from .common import crowd_summary, spread_pairs, write_crowd, write_page
+from . import numbers
+from .common import CROWD_TARGET, crowd_summary, spread_pairs, write_crowd, write_page
 
 __all__ = [
     "CONCEPT_NAMES",
@@ -55,6 +56,7 @@ __all__ = [
     "DigitsProbe",
     "concepts_for",
     "main",
+    "numbers_setting",
     "own_concept_first",
     "probe_digits",
     "run_sanity",
@@ -186,15 +188,24 @@ def augment(images: torch.Tensor) -> torch.Tensor:
     return torch.cat(blocks)
 
 
-def _train(net: nn.Module, x: torch.Tensor, y: torch.Tensor, seed: int) -> None:
+def _train(
+    net: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    seed: int,
+    epochs: int = EPOCHS,
+    batch: int = BATCH,
+    learning_rate: float = LEARNING_RATE,
+) -> None:
+    """Adam on the cross-entropy, seeded batches (the demo's CNN and the composites' CNN)."""
     generator = torch.Generator().manual_seed(seed)
-    optimiser = torch.optim.Adam(net.parameters(), lr=LEARNING_RATE)
+    optimiser = torch.optim.Adam(net.parameters(), lr=learning_rate)
     loss_fn = nn.CrossEntropyLoss()
     net.train()
-    for _ in range(EPOCHS):
+    for _ in range(epochs):
         order = torch.randperm(x.shape[0], generator=generator)
-        for start in range(0, x.shape[0], BATCH):
-            idx = order[start : start + BATCH]
+        for start in range(0, x.shape[0], batch):
+            idx = order[start : start + batch]
             optimiser.zero_grad()
             loss_fn(net(x[idx]), y[idx]).backward()
             optimiser.step()
@@ -330,17 +341,15 @@ def run_sanity(probe: DigitsProbe, seed: int = 0, theoretical: bool = True) -> n
 
 #: Ratings per (unit, explanation) pair of the crowd simulation: 60 to 61,440, doubling.
 CROWD_BUDGETS: tuple[int, ...] = tuple(60 * 2**i for i in range(11))
-#: The crowd simulation's target: a relative correlation error of 27.5%, as in the paper.
-CROWD_TARGET = 0.275
 
 
-def digits_concept_model(probe: DigitsProbe, folds: int = 5) -> npt.NDArray[np.float64]:
+def digits_concept_model(probe: DigitsProbe, folds: int = 5, pool: int = 4) -> npt.NDArray[np.float64]:
     """A cheap, imperfect concept model for every concept of `CONCEPT_NAMES` (SigLIP's role).
 
-    One logistic regression per concept on the 4x4 average-pooled pixels (16 features,
-    standardised), cross-fitted: the folds split the held-out images, so an input's
-    probability comes from a model that saw none of its image's 45 transforms. Returns (N, T)
-    probabilities. Deterministic.
+    One logistic regression per concept on the pool x pool average-pooled pixels (4: 16
+    features; 8: all 64 pixels; standardised), cross-fitted: the folds split the held-out
+    images, so an input's probability comes from a model that saw none of its image's 45
+    transforms. Returns (N, T) probabilities. Deterministic.
     """
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GroupKFold
@@ -348,8 +357,12 @@ def digits_concept_model(probe: DigitsProbe, folds: int = 5) -> npt.NDArray[np.f
 
     n = probe.labels.size
     image = np.arange(n) % (n // probe.copies)
-    x = probe.images.reshape(n, 4, 2, 4, 2).mean(axis=(2, 4)).reshape(n, 16).astype(np.float64)
-    x = (x - x.mean(axis=0)) / x.std(axis=0)
+    if pool not in (1, 2, 4, 8):
+        raise ValueError(f"pool must divide the 8x8 image: 1, 2, 4 or 8; got {pool!r}")
+    side = 8 // pool
+    x = probe.images.reshape(n, pool, side, pool, side).mean(axis=(2, 4)).reshape(n, pool * pool).astype(np.float64)
+    std = x.std(axis=0)
+    x = (x - x.mean(axis=0)) / np.where(std > 0, std, 1.0)  # a border pixel may be blank everywhere
     model = np.zeros_like(probe.concepts)
     with threadpool_limits(1):  # one BLAS thread: many small fits run faster without oversubscription
         for t in range(probe.concepts.shape[1]):
@@ -376,6 +389,14 @@ def crowd_pairs(
     rho = filled[np.arange(hidden.shape[1]), best]
     pick = spread_pairs(rho, count, min_rho)
     return hidden, np.stack([pick, best[pick]], axis=1).astype(np.int64)
+
+
+def numbers_setting(probe: DigitsProbe, seed: int = 0, pool: int = 4, **kwargs: Any) -> numbers.NumbersSetting:
+    """The paper-like crowd setting (`neuroneval.experiments.numbers`) from this CNN: its live
+    hidden units on either digit, and `digits_concept_model` (at `pool`) for each digit."""
+    hidden = sanity_settings(probe)[2][1]
+    model = digits_concept_model(probe, pool=pool)[:, :10]
+    return numbers.numbers_setting(probe.labels, hidden, model, seed, **kwargs)
 
 
 def run_crowd(
@@ -491,9 +512,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"wrote {', '.join(str(p) for p in written)}")
 
     print()
-    from . import numbers
-
-    crowd_setting = numbers.numbers_setting(probe, seed)
+    crowd_setting = numbers_setting(probe, seed)
     rho, prevalence, auc = crowd_setting.rho, crowd_setting.prevalence, crowd_setting.auc
     print(
         f"Crowdsourced correlation (SPEC section 6), a paper-like setting: {crowd_setting.units.shape[0]:,} two-digit"

@@ -41,7 +41,9 @@ A file that is present but does not follow this contract is an error that names 
 
 ``crowd/rce.csv``
     The crowd simulation (``crowd.Simulation.rce``): ``sampling, aggregation, budget, rce,
-    rce_se``, one row per configuration and budget (other columns ignored).
+    rce_se``, one row per configuration and budget (other columns ignored). With a
+    ``raters`` column (several raters per input), each configuration is shown at its best
+    raters per input (``crowd.best_raters``) and its ratings are interpolated from ``rce.csv``.
     ``crowd/rce.png`` is shown when present, else the curves are drawn from ``rce.csv``.
     The ratings each configuration needs come from ``crowd/needed.csv`` (``sampling,
     aggregation, needed``; empty = never; written by ``neuroneval crowd simulate --out``)

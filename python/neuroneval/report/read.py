@@ -190,6 +190,12 @@ def _read_crowd(directory: Path, target: float | None) -> Crowd | None:
         raise SourceError(f"{path} lacks the columns {', '.join(missing)}")
     if "rce_se" not in rce.columns:
         rce = rce.with_columns(pl.lit(float("nan")).alias("rce_se"))
+    if "raters" in rce.columns:  # several raters per input: each configuration at its best
+        from neuroneval.crowd import best_raters
+
+        goal = DEFAULT_CROWD_TARGET if target is None else target
+        rce = best_raters(rce, goal).select("sampling", "aggregation", "budget", "rce", "rce_se")
+        return Crowd(rce, _needed(rce, goal), goal)
     rce = rce.select("sampling", "aggregation", "budget", "rce", "rce_se")
     needed_path = directory / "crowd" / "needed.csv"
     if needed_path.is_file():
