@@ -299,35 +299,43 @@ def test_estimate_without_bootstrap(planned: dict[str, Any], tmp_path: Path, cap
     assert not list(tmp_path.glob("*.parquet.*"))
 
 
+@pytest.mark.parametrize("estimator", ["debiased", "composite"])
 def test_debiased_chain_equals_library(
-    planned: dict[str, Any], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    planned: dict[str, Any], tmp_path: Path, capfd: pytest.CaptureFixture[str], estimator: str
 ) -> None:
-    """`aggregate --method debiased` then `estimate --debiased --interval delta`, as the library does."""
+    """`aggregate --method debiased|composite` then `estimate --estimator ...`, as the library does."""
     planned["ratings"].write_csv(tmp_path / "ratings.csv")
     labels_file = tmp_path / "labels.csv"
-    argv = ["crowd", "aggregate", tmp_path / "ratings.csv", "--plan", planned["plan_file"], "--method", "debiased"]
+    argv = ["crowd", "aggregate", tmp_path / "ratings.csv", "--plan", planned["plan_file"], "--method", estimator]
     code, stdout, err = run([*argv, "--prior", "model", "--eta", "0.2", "--out", labels_file], capfd)
     assert code == 0, err
-    labels = crowd.aggregate(planned["ratings"], "debiased", eta=0.2, prior="model", plan=planned["plan"])
+    labels = crowd.aggregate(planned["ratings"], estimator, eta=0.2, prior="model", plan=planned["plan"])
     assert_frame_equal(pl.read_csv(labels_file), labels, check_dtypes=False, check_exact=True)
-    assert "by debiased BRAgg (eta 0.2, prior the concept model's probability)" in stdout.splitlines()[0]
+    kind = "debiased BRAgg" if estimator == "debiased" else "BRAgg and debiased BRAgg"
+    assert f"by {kind} (eta 0.2, prior the concept model's probability)" in stdout.splitlines()[0]
     out = tmp_path / "rho.csv"
-    argv = ["crowd", "estimate", "--plan", planned["plan_file"], "--labels", labels_file, "--debiased"]
-    code, stdout, err = run([*argv, "--interval", "delta", "--level", "0.9", "--out", out], capfd)
+    argv = ["crowd", "estimate", "--plan", planned["plan_file"], "--labels", labels_file, "--estimator", estimator]
+    code, stdout, err = run(
+        [*argv, "--level", "0.9", "--out", out, *(["--interval", "delta"] * (estimator == "debiased"))], capfd
+    )
     assert code == 0, err
-    expected = crowd.estimate(planned["plan"], pl.read_csv(labels_file), debiased=True, interval="delta", level=0.9)
+    expected = crowd.estimate(
+        planned["plan"], pl.read_csv(labels_file), estimator=estimator, interval="delta", level=0.9
+    )
     assert_frame_equal(pl.read_csv(out), expected, check_dtypes=False, check_exact=True)
     assert stdout.splitlines()[0] == (
-        "correlation of 3 pairs from MG-IS (gamma 0.2) with weights 1 / (N q), debiased labels; "
+        f"correlation of 3 pairs from MG-IS (gamma 0.2) with weights 1 / (N q), the {estimator} estimator; "
         "90% interval and SE by the delta method"
     )
-    # Debiased labels are refused without --debiased, and the delta interval with self-normalised weights.
-    argv = ["crowd", "estimate", "--plan", planned["plan_file"], "--labels", labels_file]
-    assert (labels["label"] < 0).any()
-    code, _, err = run(argv, capfd)
-    assert code != 0 and "debiased=True" in err
-    code, _, err = run([*argv, "--debiased", "--interval", "delta", "--self-normalised"], capfd)
-    assert code != 0 and "plain estimator" in err
+    # Debiased labels are refused by the plug-in estimator, and the delta interval with self-normalised weights.
+    debiased = labels["label" if estimator == "debiased" else "debiased"]
+    assert (debiased < 0).any()
+    plain = ["crowd", "estimate", "--plan", planned["plan_file"], "--labels", labels_file]
+    if estimator == "debiased":
+        code, _, err = run(plain, capfd)
+        assert code != 0 and "estimator='debiased'" in err
+    code, _, err = run([*argv, "--interval", "delta", "--self-normalised"], capfd)
+    assert code != 0 and ("plain estimator" in err or "plain weights" in err)
 
 
 # --- simulate ----------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@
 - `cheapest_budgets` picks the raters per input with the smallest needed budget on a hand-made
   grid; `Simulation.model_rce` is the concept model's own error, from numpy's correlations;
 - majority vote that never reaches the target with 3 raters does with 25;
-- the debiased estimator: `estimate(debiased=True)` equals a slow loop; over seeded trials its
+- the debiased estimator: `estimate(estimator="debiased")` equals a slow loop; over seeded trials its
   bias vanishes as the budget grows where the plug-in estimator's does not, and its delta-method
   interval covers the true correlation in 90-98% of trials;
 - the budgets of one simulation are nested: a grid's largest budget equals a run of it alone.
@@ -222,18 +222,49 @@ def test_estimate_debiased_equals_slow_loop(sampling: str) -> None:
     ratings = pl.DataFrame(votes, schema=["pair", "input", "rater", "vote"], orient="row")
     labels = crowd.aggregate(ratings, "debiased", prior="model", plan=p)
     assert (labels["label"] < 0).any()  # debiased labels leave [0, 1]
-    with pytest.raises(errors.ConceptRangeError, match="debiased=True"):
+    with pytest.raises(errors.ConceptRangeError, match="estimator='debiased'"):
         crowd.estimate(p, labels)
-    result = crowd.estimate(p, labels, debiased=True, interval="delta").row(0, named=True)
+    result = crowd.estimate(p, labels, estimator="debiased", interval="delta").row(0, named=True)
     joined = p.draws.join(labels, on=["pair", "input"], how="left", maintain_order="left")
     rho, se = slow_debiased(joined["weight"].to_numpy(), joined["abar"].to_numpy(), joined["label"].to_numpy())
     assert math.isclose(result["rho"], rho, rel_tol=1e-9) and math.isclose(result["se"], se, rel_tol=1e-6)
     z = stats.norm.ppf(0.975)
     assert math.isclose(result["ci_low"], rho - z * se, rel_tol=1e-6)
-    boot = crowd.estimate(p, labels, debiased=True, bootstrap=3000, seed=2).row(0, named=True)
+    boot = crowd.estimate(p, labels, estimator="debiased", bootstrap=3000, seed=2).row(0, named=True)
     assert boot["rho"] == result["rho"] and abs(boot["se"] / se - 1) < 0.15  # the two errors agree
     with pytest.raises(errors.ParameterError, match="plain estimator"):
-        crowd.estimate(p, labels, debiased=True, interval="delta", self_normalised=True)
+        crowd.estimate(p, labels, estimator="debiased", interval="delta", self_normalised=True)
+
+
+def test_composite_weighs_the_two_estimates_by_precision() -> None:
+    a, y, model = rare_population(3000, 0.1, seed=11)
+    p = crowd.plan([(0, 0)], a, model, budget=600, seed=3)
+    rng = np.random.default_rng(12)
+    votes = [
+        (r["pair"], r["input"], j, int(y[r["input"], 0]) ^ int(rng.random() < 0.23))
+        for r in p.inputs().iter_rows(named=True)
+        for j in range(3)
+    ]
+    ratings = pl.DataFrame(votes, schema=["pair", "input", "rater", "vote"], orient="row")
+    both = crowd.aggregate(ratings, "composite", prior="model", plan=p)
+    bragg = crowd.aggregate(ratings, "bragg", prior="model", plan=p)
+    debiased = crowd.aggregate(ratings, "debiased", prior="model", plan=p)
+    assert both["label"].equals(bragg["label"]) and both["debiased"].equals(debiased["label"])
+    e_p = crowd.estimate(p, bragg, interval="delta").row(0, named=True)
+    e_d = crowd.estimate(p, debiased, estimator="debiased", interval="delta").row(0, named=True)
+    got = crowd.estimate(p, both, estimator="composite").row(0, named=True)
+    gap = e_p["rho"] - e_d["rho"]
+    w = e_d["se"] ** 2 / (e_d["se"] ** 2 + e_p["se"] ** 2 + gap**2)
+    assert 0 < w < 1
+    assert math.isclose(got["rho"], w * e_p["rho"] + (1 - w) * e_d["rho"], rel_tol=1e-12)
+    se = w * e_p["se"] + (1 - w) * e_d["se"]
+    assert math.isclose(got["se"], se, rel_tol=1e-12)
+    half = stats.norm.ppf(0.975) * se + w * abs(gap)
+    assert math.isclose(got["ci_high"] - got["rho"], half, rel_tol=1e-9)
+    with pytest.raises(errors.ShapeError, match="composite"):
+        crowd.estimate(p, bragg, estimator="composite")
+    with pytest.raises(errors.ParameterError, match="composite"):
+        crowd.estimate(p, both, estimator="composite", interval="bootstrap")
 
 
 def test_debiased_estimator_is_consistent_and_its_interval_covers() -> None:
@@ -242,11 +273,11 @@ def test_debiased_estimator_is_consistent_and_its_interval_covers() -> None:
     a, y, model = rare_population(400_000, 0.1, seed=9)
     budgets = [1000, 8000, 64000]
     sim = crowd.simulate(
-        a, y, model, [(0, 0)], budgets, configurations=[("uniform", "bragg"), ("mgis", "debiased")],
+        a, y, model, [(0, 0)], budgets, configurations=[("uniform", "bragg"), ("mgis", "debiased"), ("mgis", "composite")],
         raters_per_input=[1, 3], trials=200, prior="model", seed=0, progress=False,
     )  # fmt: skip
-    for raters in (1, 3):
-        rows = sim.rce.filter(aggregation="debiased", raters=raters).sort("budget").rows(named=True)
+    for method, raters in [(m, r) for m in ("debiased", "composite") for r in (1, 3)]:
+        rows = sim.rce.filter(aggregation=method, raters=raters).sort("budget").rows(named=True)
         assert abs(rows[-1]["bias"]) <= 3 * rows[-1]["bias_se"], rows[-1]  # no bias left at the largest budget
         assert rows[-1]["rce"] < rows[0]["rce"] / 2  # the error keeps falling: no floor
         for r in rows[1:]:

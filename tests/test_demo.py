@@ -232,12 +232,12 @@ def test_demo_prints_the_paper_like_crowd_table(demo_run: tuple[Path, str]) -> N
     for line in lines:
         assert line in printed
     names = ["concept model alone", *(neuroneval.crowd.configuration_name(*c) for c in numbers.CONFIGURATIONS)]
-    assert [ln.strip().split("  ")[0] for ln in lines[1:7]] == names
+    assert [ln.strip().split("  ")[0] for ln in lines[1:8]] == names
     assert f"RCE {simulation.model_rce:.3f}" in lines[1]
     cheapest = {(r["sampling"], r["aggregation"]): r for r in simulation.cheapest().iter_rows(named=True)}
     base, best = cheapest[("uniform", "majority")], cheapest[("mgis", "bragg")]
     assert best["needed"] is not None
-    for line, key in zip(lines[2:7], numbers.CONFIGURATIONS, strict=True):
+    for line, key in zip(lines[2:8], numbers.CONFIGURATIONS, strict=True):
         row = cheapest[key]
         if row["needed"] is None:  # never reached: no ratio, named below the table
             assert "> " in line and "x " not in line and neuroneval.crowd.configuration_name(*key) in lines[-1]

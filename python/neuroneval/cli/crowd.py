@@ -55,6 +55,7 @@ _CONFIGURATION_NAMES = {
     "majority": "majority",
     "mean": "mean",
     "debiased": "debiased",
+    "composite": "composite",
 }
 _DEFAULT_ETA = 0.23
 _DEFAULT_PRIOR = 0.05
@@ -228,15 +229,16 @@ def _add_aggregate(steps: Any) -> None:
         description=(
             "Aggregate binary votes into one label per rated (pair, input): BRAgg's posterior (raters wrong "
             "with rate eta, a prior that the concept is present), the majority vote (1/2 on a tie), the "
-            "mean vote, or BRAgg's posterior debiased into an unbiased estimate of the 0/1 truth (for "
-            "`crowd estimate --debiased`). Every rated (pair, input) must be one the plan drew. Writes pair, "
-            "input, votes, positive, label."
+            "mean vote, BRAgg's posterior debiased into an unbiased estimate of the 0/1 truth (for "
+            "`crowd estimate --estimator debiased`), or both (composite: label and debiased, for "
+            "`--estimator composite`). Every rated (pair, input) must be one the plan drew. Writes pair, "
+            "input, votes, positive, label (and debiased)."
         ),
         rules=(
             Needs(
                 ("--eta", "--prior"),
-                (("--method", "bragg"), ("--method", "debiased")),
-                "{given}: only for --method bragg or debiased",
+                (("--method", "bragg"), ("--method", "debiased"), ("--method", "composite")),
+                "{given}: only for --method bragg, debiased or composite",
             ),
             Needs(("--rater-rates",), (("--eta", "estimate"),), "--rater-rates needs --eta estimate"),
         ),
@@ -251,7 +253,7 @@ def _add_aggregate(steps: Any) -> None:
         "--method",
         choices=crowd.METHODS,
         default="bragg",
-        help="bragg (default), majority, mean or debiased",
+        help="bragg (default), majority, mean, debiased or composite",
     )
     p.add_argument(
         "--eta",
@@ -291,8 +293,9 @@ def _add_estimate(steps: Any) -> None:
         description=(
             "The importance-weighted correlation of each planned (unit, explanation) pair (SPEC section 6), "
             "with the standard error and percentile interval of a seeded bootstrap over the draws (or the "
-            "delta method's). With --debiased, the labels of `crowd aggregate --method debiased` give an "
-            "estimate without the bias floor of plug-in labels. Prints one line per pair."
+            "delta method's). --estimator debiased (labels of `crowd aggregate --method debiased`) gives an "
+            "estimate without the bias floor of plug-in labels; --estimator composite (labels of "
+            "`--method composite`) weighs it against the plug-in one by precision. Prints one line per pair."
         ),
     )
     p.add_argument("--plan", required=True, metavar="PLAN", help="the plan written by `crowd plan`")
@@ -303,9 +306,13 @@ def _add_estimate(steps: Any) -> None:
         help="the labels written by `crowd aggregate` (.csv or .parquet: pair, input, label)",
     )
     p.add_argument(
-        "--debiased",
-        action="store_true",
-        help="the labels are debiased (`aggregate --method debiased`): divide by sqrt(p (1 - p)), p the prevalence",
+        "--estimator",
+        choices=crowd.ESTIMATORS,
+        default="plug-in",
+        help=(
+            "plug-in (default, SPEC's), debiased (labels of `aggregate --method debiased`: S1 / sqrt(p (1 - p))) "
+            "or composite (labels of `aggregate --method composite`)"
+        ),
     )
     p.add_argument(
         "--self-normalised",
@@ -315,8 +322,8 @@ def _add_estimate(steps: Any) -> None:
     p.add_argument(
         "--interval",
         choices=("bootstrap", "delta"),
-        default="bootstrap",
-        help="bootstrap (default: percentile interval) or delta (the delta method: rho +- z SE)",
+        default=None,
+        help="bootstrap (percentile interval; the default) or delta (the delta method: rho +- z SE; the composite's default)",
     )
     p.add_argument("--level", type=open_fraction, default=0.95, help="confidence level, in (0, 1) (default 0.95)")
     p.add_argument(
@@ -559,9 +566,10 @@ def aggregate(args: argparse.Namespace) -> int:
         writes.append((rates_out, table_writer(rates, rates_out)))
     write_together(writes)
 
-    if args.method in ("bragg", "debiased"):
+    if args.method in ("bragg", "debiased", "composite"):
         rate = "eta fitted per rater" if eta == "estimate" else f"eta {eta:g}"
-        how = f"{'BRAgg' if args.method == 'bragg' else 'debiased BRAgg'} ({rate}, prior {_prior_text(prior)})"
+        kind = {"bragg": "BRAgg", "debiased": "debiased BRAgg", "composite": "BRAgg and debiased BRAgg"}[args.method]
+        how = f"{kind} ({rate}, prior {_prior_text(prior)})"
     else:
         how = f"the {args.method} vote"
     n_votes = int(labels["votes"].sum())
@@ -605,7 +613,7 @@ def estimate(args: argparse.Namespace) -> int:
     table = crowd.estimate(
         the_plan,
         labels,
-        debiased=args.debiased,
+        estimator=args.estimator,
         self_normalised=args.self_normalised,
         interval=args.interval,
         level=args.level,
@@ -616,7 +624,7 @@ def estimate(args: argparse.Namespace) -> int:
         write_table(table, out)
     sampling = "uniform sampling" if the_plan.sampling == "uniform" else f"MG-IS (gamma {the_plan.gamma:g})"
     weights = "self-normalised weights" if args.self_normalised else "weights 1 / (N q)"
-    if args.interval == "delta":
+    if args.interval == "delta" or (args.interval is None and args.estimator == "composite"):
         interval = f"{args.level:.0%} interval and SE by the delta method"
     elif args.bootstrap:
         interval = (
@@ -624,7 +632,7 @@ def estimate(args: argparse.Namespace) -> int:
         )
     else:
         interval = "no bootstrap"
-    labels_kind = ", debiased labels" if args.debiased else ""
+    labels_kind = "" if args.estimator == "plug-in" else f", the {args.estimator} estimator"
     print(f"correlation of {count(table.height, 'pair')} from {sampling} with {weights}{labels_kind}; {interval}")
     ci = f"{args.level:.0%} CI"
 

@@ -37,12 +37,13 @@ Examples
 from __future__ import annotations
 
 from .aggregation import aggregate, bragg_posterior, label_attenuation, rater_error_rates
-from .estimation import estimate
+from .estimation import ESTIMATORS, estimate
 from .sampling import CONFIGURATIONS, METHODS, Plan, plan, proposal
 from .simulation import Simulation, best_raters, cheapest_budgets, configuration_name, needed_budgets, simulate
 
 __all__ = [
     "CONFIGURATIONS",
+    "ESTIMATORS",
     "METHODS",
     "Plan",
     "Simulation",

@@ -231,11 +231,13 @@ def aggregate(
     ----------
     ratings : polars.DataFrame (or anything it takes)
         One row per vote: pair, input, vote (0/1 or bool), and optionally rater.
-    method : "bragg", "majority", "mean" or "debiased"
+    method : "bragg", "majority", "mean", "debiased" or "composite"
         BRAgg's posterior (`bragg_posterior`); the majority vote (1/2 on a tie); the mean vote;
-        or BRAgg's posterior debiased: (c - E[c | absent]) / (E[c | present] - E[c | absent])
+        BRAgg's posterior debiased: (c - E[c | absent]) / (E[c | present] - E[c | absent])
         under the rater model, an unbiased estimate of the 0/1 truth that may lie outside [0, 1]
-        (for ``estimate(..., debiased=True)``, whose correlation has no bias floor).
+        (for ``estimate(..., estimator="debiased")``, whose correlation has no bias floor); or
+        both, BRAgg's posterior in label and the debiased one in a debiased column (for
+        ``estimator="composite"``).
     eta : float or "estimate"
         Raters' error rate for BRAgg (0.23 in the paper). "estimate" fits one rate per rater by
         expectation-maximisation (one-coin Dawid-Skene, `rater_error_rates`); needs a rater column
@@ -249,7 +251,8 @@ def aggregate(
     Returns
     -------
     polars.DataFrame
-        pair, input, votes, positive, label (in [0, 1] but for "debiased").
+        pair, input, votes, positive, label (in [0, 1] but for "debiased"), and debiased for
+        "composite".
 
     Examples
     --------
@@ -261,7 +264,7 @@ def aggregate(
     """
     table = _ratings_table(ratings, plan)
     if not isinstance(method, str) or method not in METHODS:
-        raise ParameterError(f"method must be 'bragg', 'majority', 'mean' or 'debiased'; got {method!r}")
+        raise ParameterError(f"method must be 'bragg', 'majority', 'mean', 'debiased' or 'composite'; got {method!r}")
     if isinstance(eta, str):
         if eta != "estimate":
             raise ParameterError(f"eta must be a rate in (0, 0.5) or 'estimate'; got {eta!r}")
@@ -280,7 +283,13 @@ def aggregate(
     if eta == "estimate":
         _, label = _dawid_skene(table, items, _prior_values(items, prior, plan), max_iter, tol)
     else:
-        prior_values = _prior_values(items, prior, plan) if method in ("bragg", "debiased") else 0.5
+        prior_values = _prior_values(items, prior, plan) if method in ("bragg", "debiased", "composite") else 0.5
+        if method == "composite":
+            label = _vote_labels("bragg", pos, m, float(eta), prior_values)
+            debiased = _vote_labels("debiased", pos, m, float(eta), prior_values)
+            return items.with_columns(
+                pl.Series("label", label, dtype=pl.Float64), pl.Series("debiased", debiased, dtype=pl.Float64)
+            )
         label = _vote_labels(method, pos, m, float(eta), prior_values)
     return items.with_columns(pl.Series("label", label, dtype=pl.Float64))
 

@@ -84,25 +84,56 @@ def _rho(w: Array, abar: Array, c: Array, self_normalised: bool, debiased: bool 
     return _plug_in_value(s1, m1, m2, c.max(axis=-1) > c.min(axis=-1))
 
 
+def _composite(
+    plug_in: Array, plug_in_se: Array, debiased: Array, debiased_se: Array, z: float
+) -> tuple[Array, Array, Array]:
+    """The composite of the plug-in and debiased estimates of one correlation: estimate, SE, half-width.
+
+    w = v_d / (v_d + v_p + (e_p - e_d)^2) minimises the mean squared error of w e_p + (1 - w) e_d
+    when the plug-in's bias is taken as e_p - e_d (the composite estimator of small-area
+    estimation). While the budget is small the plug-in's low variance wins; as it grows, v_d
+    falls like 1/n while the bias stays, so w goes to 0 and the composite to the debiased
+    estimate: consistent, without a floor. SE = w se_p + (1 - w) se_d (their correlation is at
+    most 1), and the interval's half-width adds the plug-in's share of the bias,
+    z SE + w |e_p - e_d|. Where one part is undefined the other stands alone.
+    """
+    p_ok, d_ok = np.isfinite(plug_in) & np.isfinite(plug_in_se), np.isfinite(debiased) & np.isfinite(debiased_se)
+    e_p, s_p = np.where(p_ok, plug_in, 0.0), np.where(p_ok, plug_in_se, 0.0)
+    e_d, s_d = np.where(d_ok, debiased, 0.0), np.where(d_ok, debiased_se, 0.0)
+    gap = e_p - e_d
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = np.where(p_ok & d_ok, s_d**2 / (s_d**2 + s_p**2 + gap**2), np.where(p_ok, 1.0, 0.0))
+    w = np.where(np.isfinite(w), w, 0.5)  # both parts exact and equal: either will do
+    estimate = np.where(p_ok | d_ok, w * e_p + (1 - w) * e_d, np.nan)
+    se = np.where(p_ok | d_ok, w * s_p + (1 - w) * s_d, np.nan)
+    out: tuple[Array, Array, Array] = (estimate, se, z * se + np.where(p_ok & d_ok, w * np.abs(gap), 0.0))
+    return out
+
+
+#: The estimators of `estimate`: SPEC's plug-in, the debiased one, and their composite.
+ESTIMATORS = ("plug-in", "debiased", "composite")
+
+
 def estimate(
     plan: Plan,
     labels: pl.DataFrame,
     *,
-    debiased: bool = False,
+    estimator: Literal["plug-in", "debiased", "composite"] = "plug-in",
     self_normalised: bool = False,
-    interval: Literal["bootstrap", "delta"] = "bootstrap",
+    interval: Literal["bootstrap", "delta"] | None = None,
     level: float = 0.95,
     bootstrap: int = 2000,
     seed: int = 0,
 ) -> pl.DataFrame:
     """The importance-weighted correlation of each planned pair, with an error bar.
 
-    rho_hat = S1 / sqrt(M2 - M1^2) with S1, M1, M2 the weighted means of abar c, c and c^2 over
-    the draws (weights 1 / (N q); with `self_normalised`, divided by the sum of the weights
-    instead of n). With a uniform plan it is the plain sample estimate; with every input drawn
-    once it is the exact Pearson correlation. NaN when the labels are constant.
+    **plug-in** (SPEC section 6): rho_hat = S1 / sqrt(M2 - M1^2) with S1, M1, M2 the weighted
+    means of abar c, c and c^2 over the draws (weights 1 / (N q); with `self_normalised`, divided
+    by the sum of the weights instead of n). With a uniform plan it is the plain sample
+    estimate; with every input drawn once it is the exact Pearson correlation. NaN when the
+    labels are constant.
 
-    With `debiased`, the labels are unbiased estimates of a 0/1 truth (``aggregate(...,
+    **debiased**: the labels are unbiased estimates of a 0/1 truth (``aggregate(...,
     method="debiased")``) and rho_hat = S1 / sqrt(M1 (1 - M1)): S1 and M1 are then unbiased
     for cov(a, y) / sd(a) and the prevalence, so the estimate converges to the true correlation
     with any number of raters per input (one included), where plug-in labels converge to an
@@ -110,16 +141,22 @@ def estimate(
     conditional on the shown inputs' labels: it is the whole uncertainty while the draws are
     few against the N inputs (a study's case), and too narrow when most inputs repeat.
 
+    **composite**: labels from ``aggregate(..., method="composite")`` (BRAgg's posterior in
+    label, its debiased version in debiased); the precision-weighted composite of the two
+    estimates (`_composite`): the plug-in's low variance at small budgets, the debiased one's
+    consistency at large ones. Its interval is built from the two delta-method intervals.
+
     The standard error and interval come from `bootstrap` resamples of the draws (seeded;
     percentile interval), or with ``interval="delta"`` from the delta method on the means of
-    the per-draw terms (rho_hat +- z se; the plain estimator only).
+    the per-draw terms (rho_hat +- z se; the plain estimator only). The default is the
+    bootstrap, and the delta method for the composite.
 
     Parameters
     ----------
     plan : Plan
     labels : polars.DataFrame
         pair, input, label (as `aggregate` returns): one label per drawn (pair, input), in [0, 1]
-        unless `debiased`.
+        unless debiased; for the composite also the debiased column.
 
     Returns
     -------
@@ -128,33 +165,47 @@ def estimate(
     """
     plan = _check_plan(plan)
     labels = as_table(labels, "labels", "pair, input, label")
-    debiased = check_flag(debiased, "debiased")
+    if not isinstance(estimator, str) or estimator not in ESTIMATORS:
+        raise ParameterError(f"estimator must be 'plug-in', 'debiased' or 'composite'; got {estimator!r}")
     self_normalised = check_flag(self_normalised, "self_normalised")
+    if interval is None:
+        interval = "delta" if estimator == "composite" else "bootstrap"
     if not isinstance(interval, str) or interval not in ("bootstrap", "delta"):
         raise ParameterError(f"interval must be 'bootstrap' or 'delta'; got {interval!r}")
     if interval == "delta" and self_normalised:
         raise ParameterError("interval='delta' is for the plain estimator; use the bootstrap with self_normalised")
+    if estimator == "composite" and (interval != "delta" or self_normalised):
+        raise ParameterError("the composite estimator takes the plain weights and the delta interval")
     level = check_between(level, "level", 0.0, 1.0)
     bootstrap = check_integer(bootstrap, "bootstrap", minimum=0)
     seed = check_seed(seed)
     labels = check_columns(labels, "labels", {"pair": "id", "input": "id"})
-    if "label" not in labels.columns:
-        raise ShapeError("labels lack the column(s) ['label']")
+    columns = {"label": estimator == "debiased"} | ({"debiased": True} if estimator == "composite" else {})
+    missing = [c for c in columns if c not in labels.columns]
+    if missing:
+        hint = " (from aggregate(method='composite'))" if estimator == "composite" else ""
+        raise ShapeError(f"labels lack the column(s) {missing}{hint}")
     if labels.select("pair", "input").is_duplicated().any():
         raise LabelError("labels hold more than one label for some (pair, input)")
-    dtype = labels["label"].dtype
-    if not (dtype.is_numeric() or dtype == pl.Boolean):
-        raise LabelError(f"labels column 'label' must hold numbers{'' if debiased else ' in [0, 1]'}; got {dtype}")
-    lab = labels["label"].cast(pl.Float64)
-    if debiased:
-        if lab.null_count() or not lab.is_finite().all():
-            raise ConceptRangeError("debiased labels must be finite numbers")
-    elif lab.null_count() or not lab.is_between(0.0, 1.0).all():
-        raise ConceptRangeError(
-            "labels must lie in [0, 1] (debiased labels, from aggregate(method='debiased'), need debiased=True)"
-        )
+    values = {}
+    for column, unbounded in columns.items():
+        dtype = labels[column].dtype
+        if not (dtype.is_numeric() or dtype == pl.Boolean):
+            raise LabelError(
+                f"labels column {column!r} must hold numbers{'' if unbounded else ' in [0, 1]'}; got {dtype}"
+            )
+        lab = labels[column].cast(pl.Float64)
+        if unbounded:
+            if lab.null_count() or not lab.is_finite().all():
+                raise ConceptRangeError(f"debiased labels (column {column!r}) must be finite numbers")
+        elif lab.null_count() or not lab.is_between(0.0, 1.0).all():
+            raise ConceptRangeError(
+                "labels must lie in [0, 1] (debiased labels, from aggregate(method='debiased'), need "
+                "estimator='debiased')"
+            )
+        values[column] = lab
     joined = plan.draws.join(
-        labels.select("pair", "input", lab.alias("label")),
+        labels.select("pair", "input", *(v.alias(c) for c, v in values.items())),
         on=["pair", "input"],
         how="left",
         maintain_order="left",
@@ -172,12 +223,19 @@ def estimate(
         w = group["weight"].to_numpy()
         abar = group["abar"].to_numpy()
         c = group["label"].to_numpy()
+        debiased = estimator == "debiased"
         rho = float(_rho(w, abar, c, self_normalised, debiased))
         se = low = high = math.nan
-        if interval == "delta":
+        if estimator == "composite":
+            parts = [
+                _delta_estimate(w, abar, x, flag) for x, flag in ((c, False), (group["debiased"].to_numpy(), True))
+            ]
+            value, error, half = (float(v) for v in _composite(*parts[0], *parts[1], z))
+            rho, se = value, error
+            low, high = value - half, value + half
+        elif interval == "delta":
             if w.size > 1 and math.isfinite(rho):
-                terms = _terms(w, abar, c, debiased)
-                se = float(_delta_se(terms.mean(axis=0), np.cov(terms, rowvar=False), w.size, debiased))
+                se = float(_delta_estimate(w, abar, c, debiased)[1])
                 low, high = rho - z * se, rho + z * se
         elif bootstrap and w.size > 1:
             rng = np.random.default_rng([seed, int(index[0])])
@@ -200,3 +258,12 @@ def estimate(
         )
     result = pl.DataFrame(rows)
     return plan.pairs.join(result, on="pair", how="left", maintain_order="left")
+
+
+def _delta_estimate(w: Array, abar: Array, c: Array, debiased: bool) -> tuple[Array, Array]:
+    """The plain estimate over the draws and its delta-method SE (NaN SE with one draw)."""
+    value = _rho(w, abar, c, False, debiased)
+    if w.size < 2:
+        return value, np.asarray(math.nan)
+    terms = _terms(w, abar, c, debiased)
+    return value, _delta_se(terms.mean(axis=0), np.cov(terms, rowvar=False), w.size, debiased)

@@ -29,10 +29,11 @@ from ..errors import EmptyInputError, LabelError, ParameterError, ShapeError, So
 
 Array = npt.NDArray[np.float64]
 Sampling = Literal["mgis", "uniform"]
-Method = Literal["bragg", "majority", "mean", "debiased"]
-#: The aggregations whose labels lie in [0, 1] (the plug-in estimator's); "debiased" labels need not.
+Method = Literal["bragg", "majority", "mean", "debiased", "composite"]
+#: The aggregations whose labels lie in [0, 1] (the plug-in estimator's); "debiased" labels need not,
+#: and "composite" gives both BRAgg's and the debiased ones (for the composite estimator).
 PLUG_IN_METHODS = ("bragg", "majority", "mean")
-METHODS = (*PLUG_IN_METHODS, "debiased")
+METHODS = (*PLUG_IN_METHODS, "debiased", "composite")
 
 #: The four configurations of the paper's comparison: (sampling, aggregation).
 CONFIGURATIONS: tuple[tuple[Sampling, Method], ...] = (

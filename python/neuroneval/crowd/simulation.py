@@ -29,7 +29,7 @@ from .._coerce import (
 )
 from ..errors import EmptyInputError, LabelError, ParameterError, ShapeError
 from .aggregation import _vote_labels
-from .estimation import _debiased_value, _delta_se, _plug_in_value, _terms
+from .estimation import _composite, _debiased_value, _delta_se, _plug_in_value, _terms
 from .sampling import (
     _PRIOR_CLIP,
     CONFIGURATIONS,
@@ -279,7 +279,8 @@ def simulate(
     proposal), let m simulated raters label each shown input, each wrong independently with
     probability `eta` against the true label, aggregate the votes (`aggregate`'s rules; BRAgg
     and "debiased" with `prior` and the true eta) and estimate the correlation (`estimate`'s
-    estimators, the debiased one for "debiased"). The error is measured against the exact
+    estimators: the debiased one for "debiased", the composite of BRAgg's and the debiased one for
+    "composite"). The error is measured against the exact
     correlation of the unit with the true labels over all N inputs.
 
     The budgets of one (sampling, m, pair, trial) are nested: the draws of a smaller budget are
@@ -475,28 +476,40 @@ def _simulate_pair(
     ab = abar[drawn]
     at = draws_at - 1
     nn = draws_at.astype(np.float64)
+    estimates: dict[str, tuple[Array, Array]] = {}
+
+    def estimated(method: str) -> tuple[Array, Array]:
+        """The estimate and delta-method SE at every budget, once per aggregation."""
+        if method not in estimates:
+            debiased = method == "debiased"
+            c = _vote_labels(method, positive, float(m), eta, prior_items)[inverse].reshape(trials, n_max)
+            terms = _terms(w, ab, c, debiased)  # (trials, n_max, d)
+            mean = np.cumsum(terms, axis=1)[:, at] / nn[None, :, None]
+            cross = np.cumsum(terms[..., :, None] * terms[..., None, :], axis=1)[:, at]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                cov = (cross - nn[None, :, None, None] * mean[..., :, None] * mean[..., None, :]) / (
+                    nn[None, :, None, None] - 1.0
+                )
+            if debiased:
+                value = _debiased_value(mean[..., 0], mean[..., 1])
+            else:
+                varied = np.minimum.accumulate(c, axis=1)[:, at] < np.maximum.accumulate(c, axis=1)[:, at]
+                value = _plug_in_value(mean[..., 0], mean[..., 1], mean[..., 2], varied)
+            estimates[method] = (value, _delta_se(mean, cov, nn[None, :], debiased))
+        return estimates[method]
+
     for method, result in out.items():
-        debiased = method == "debiased"
-        c = _vote_labels(method, positive, float(m), eta, prior_items)[inverse].reshape(trials, n_max)
-        terms = _terms(w, ab, c, debiased)  # (trials, n_max, d)
-        mean = np.cumsum(terms, axis=1)[:, at] / nn[None, :, None]
-        cross = np.cumsum(terms[..., :, None] * terms[..., None, :], axis=1)[:, at]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            cov = (cross - nn[None, :, None, None] * mean[..., :, None] * mean[..., None, :]) / (
-                nn[None, :, None, None] - 1.0
-            )
-        if debiased:
-            estimate_ = _debiased_value(mean[..., 0], mean[..., 1])
+        if method == "composite":
+            estimate_, _, half = _composite(*estimated("bragg"), *estimated("debiased"), z)
         else:
-            varied = np.minimum.accumulate(c, axis=1)[:, at] < np.maximum.accumulate(c, axis=1)[:, at]
-            estimate_ = _plug_in_value(mean[..., 0], mean[..., 1], mean[..., 2], varied)
-        se = _delta_se(mean, cov, nn[None, :], debiased)
+            estimate_, se = estimated(method)
+            half = z * se
         nan = ~np.isfinite(estimate_)
         result["nan"] += nan.sum(axis=0)
         filled = np.where(nan, 0.0, estimate_)
         result["error"][:, :, pi] = np.abs(filled - rho) / abs(rho)
         result["signed"][:, :, pi] = (filled - rho) / abs(rho)
-        result["covered"][:, :, pi] = np.abs(estimate_ - rho) <= z * se  # NaN compares False
+        result["covered"][:, :, pi] = np.abs(estimate_ - rho) <= half  # NaN compares False
         result["ratings"] += m * distinct.mean(axis=0)
 
 
@@ -521,7 +534,7 @@ def _check_configurations(configurations: Any) -> list[tuple[Sampling, Method]]:
         if len(parts) != 2 or parts[0] not in ("mgis", "uniform") or parts[1] not in METHODS:
             raise ParameterError(
                 f"unknown configuration {configuration!r} in configurations: (sampling, aggregation) with sampling "
-                "'mgis' or 'uniform' and aggregation 'bragg', 'majority', 'mean' or 'debiased'"
+                "'mgis' or 'uniform' and aggregation 'bragg', 'majority', 'mean', 'debiased' or 'composite'"
             )
         checked.append((parts[0], parts[1]))
     if not checked:

@@ -111,7 +111,7 @@ def crowd_summary(simulation: neuroneval.crowd.Simulation, paper: bool = True) -
             f" (shown: the lowest RCE at {largest:,}), so no ratio is taken against "
             f"{'it' if len(never) == 1 else 'them'}."
         )
-    return lines
+    return [line.rstrip() for line in lines]
 
 
 def write_crowd(simulation: neuroneval.crowd.Simulation, csv: Path, png: Path) -> tuple[Path, Any]:

@@ -19,8 +19,8 @@ from the demo's digits CNN (`neuroneval.experiments.digits`), with nothing downl
 
 `digits.numbers_setting` builds it from the demo CNN; this module imports no demo.
 
-`run` simulates the four configurations of the paper, and MG-IS with the debiased estimator,
-at 3 to 25 raters per input (`neuroneval.crowd.simulate`).
+`run` simulates the four configurations of the paper, and MG-IS with the debiased and the
+composite estimators, at 3 to 25 raters per input (`neuroneval.crowd.simulate`).
 
 Examples
 --------
@@ -59,10 +59,11 @@ PREVALENCE_RANGE = 20.0
 BUDGETS: tuple[int, ...] = tuple(60 * 2**i for i in range(11))
 #: Raters per shown input the simulator chooses among.
 RATERS: tuple[int, ...] = (3, 5, 9, 15, 25)
-#: The paper's four configurations, and MG-IS with the debiased estimator.
+#: The paper's four configurations, and MG-IS with the debiased and the composite estimators.
 CONFIGURATIONS: tuple[tuple[neuroneval.crowd.sampling.Sampling, neuroneval.crowd.sampling.Method], ...] = (
     *neuroneval.crowd.CONFIGURATIONS,
     ("mgis", "debiased"),
+    ("mgis", "composite"),
 )
 
 
