@@ -49,7 +49,6 @@ Examples
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,7 +60,7 @@ from torch import nn
 
 from neuroneval.torch import capture
 
-from .digits import ANGLES, SHIFTS, _deterministic_torch, _train, augment
+from .digits import ANGLES, SHIFTS, _deterministic_torch, _network, _train, augment
 
 __all__ = [
     "ATTRIBUTES",
@@ -192,22 +191,6 @@ def compose(
         at = units == d
         right[at] = pool[rng.integers(0, pool.size, int(at.sum()))]
     return torch.cat([halves[torch.from_numpy(left)], halves[torch.from_numpy(right)]], dim=2).unsqueeze(1)
-
-
-def _network() -> nn.Sequential:
-    return nn.Sequential(
-        OrderedDict(
-            conv1=nn.Conv2d(1, 16, 3, padding=1),
-            relu1=nn.ReLU(),
-            conv2=nn.Conv2d(16, 32, 3, padding=1),
-            relu2=nn.ReLU(),
-            pool=nn.MaxPool2d(2),
-            flatten=nn.Flatten(),
-            fc1=nn.Linear(32 * 4 * 8, HIDDEN),
-            relu3=nn.ReLU(),
-            fc2=nn.Linear(HIDDEN, 100),
-        )
-    )
 
 
 def sigmoid_probes(
@@ -348,7 +331,7 @@ def probe_composites(
     x_probe = compose(probe_halves, probe_digits, numbers, rng)
 
     with _deterministic_torch(seed):
-        net = _network()
+        net = _network(16, HIDDEN, 100)
         _train(net, x_train, torch.from_numpy(train_numbers), seed, epochs, BATCH, LEARNING_RATE)
         modules = list(_LAYERS.values())
         captured = capture(net, x_probe, modules, reduce="mean", batch_size=1000)

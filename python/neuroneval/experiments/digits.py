@@ -140,7 +140,8 @@ def own_concept_first(scores: npt.ArrayLike, truth: npt.ArrayLike) -> tuple[int,
     return int(first.sum()), int(tied.sum())
 
 
-def _network() -> nn.Sequential:
+def _network(width: int = 8, hidden: int = 64, classes: int = 10) -> nn.Sequential:
+    """conv16-conv32-pool-fc-fc on 8 x `width` images (the demo's CNN; the composites' at width 16)."""
     return nn.Sequential(
         OrderedDict(
             conv1=nn.Conv2d(1, 16, 3, padding=1),
@@ -149,9 +150,9 @@ def _network() -> nn.Sequential:
             relu2=nn.ReLU(),
             pool=nn.MaxPool2d(2),
             flatten=nn.Flatten(),
-            fc1=nn.Linear(32 * 4 * 4, 64),
+            fc1=nn.Linear(32 * 4 * (width // 2), hidden),
             relu3=nn.ReLU(),
-            fc2=nn.Linear(64, 10),
+            fc2=nn.Linear(hidden, classes),
         )
     )
 
