@@ -48,15 +48,6 @@ from .common import (
     write_together,
 )
 
-_CONFIGURATION_NAMES = {
-    "mgis": "MG-IS",
-    "uniform": "uniform",
-    "bragg": "BRAgg",
-    "majority": "majority",
-    "mean": "mean",
-    "debiased": "debiased",
-    "composite": "composite",
-}
 _DEFAULT_ETA = 0.23
 _DEFAULT_PRIOR = 0.05
 _DEFAULT_GAMMA = 0.2
@@ -738,7 +729,7 @@ def _simulate_summary(sim: crowd.Simulation, needed: pl.DataFrame, args: argpars
         by_budget = dict(zip(group["budget"].to_list(), group["rce"].to_list(), strict=True))
         rows.append(
             [
-                _configuration(str(sampling), str(method)),
+                crowd.configuration_name(str(sampling), str(method)),
                 str(m),
                 *(f"{by_budget[b]:.3f}" if b in by_budget else "-" for b in budgets),
             ]
@@ -756,7 +747,7 @@ def _simulate_summary(sim: crowd.Simulation, needed: pl.DataFrame, args: argpars
     )
     rows = [
         [
-            _configuration(r["sampling"], r["aggregation"]),
+            crowd.configuration_name(r["sampling"], r["aggregation"]),
             "-" if r["raters"] is None else str(r["raters"]),
             "-" if r["inputs"] is None else f"{r['inputs']:,.0f}",
             f"not within {budgets[-1]:,}" if r["needed"] is None else f"{r['needed']:,.0f}",
@@ -765,7 +756,3 @@ def _simulate_summary(sim: crowd.Simulation, needed: pl.DataFrame, args: argpars
     ]
     lines.append(align(["configuration", "raters", "inputs", "ratings"], rows, left=1, indent="  "))
     return "\n".join(lines)
-
-
-def _configuration(sampling: str, method: str) -> str:
-    return f"{_CONFIGURATION_NAMES.get(sampling, sampling)} + {_CONFIGURATION_NAMES.get(method, method)}"

@@ -91,10 +91,10 @@ class RceChart:
 
 
 def configuration(sampling: str, aggregation: str) -> str:
-    """A crowd configuration's name, e.g. ``MG-IS + BRAgg``."""
-    s = {"mgis": "MG-IS", "uniform": "uniform"}.get(sampling, sampling)
-    a = {"bragg": "BRAgg"}.get(aggregation, aggregation)
-    return f"{s} + {a}"
+    """A crowd configuration's name, e.g. ``MG-IS + BRAgg`` (`neuroneval.crowd.configuration_name`)."""
+    from neuroneval.crowd import configuration_name
+
+    return configuration_name(sampling, aggregation)
 
 
 def histogram(m: str, values: npt.NDArray[np.float64], unit_best: npt.NDArray[np.float64], nan: int) -> Histogram:
