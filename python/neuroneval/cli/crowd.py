@@ -592,10 +592,10 @@ def estimate(args: argparse.Namespace) -> int:
     out: Path | None = args.out
     the_plan = _read_plan(args.plan)
     labels = _read_table(args.labels, "labels")
-    # The bootstrap of the largest pair: an index and four values per resampled draw.
+    # The bootstrap of the largest pair: an index, three values and their stacked terms per resampled draw.
     largest = int(the_plan.draws.group_by("pair").len()["len"].max())  # type: ignore[arg-type]
     check_fits(
-        5 * 8 * args.bootstrap * largest,
+        10 * 8 * args.bootstrap * largest,
         "crowd estimate",
         holds="",
         remedy="use a smaller --bootstrap",

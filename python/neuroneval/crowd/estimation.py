@@ -76,12 +76,10 @@ def _rho(w: Array, abar: Array, c: Array, self_normalised: bool, debiased: bool 
     (labels unbiased for a 0/1 truth): S1 / sqrt(M1 (1 - M1)); NaN unless 0 < M1 < 1.
     """
     norm = w.sum(axis=-1) if self_normalised else np.full(w.shape[:-1], float(w.shape[-1]))
-    s1 = (w * abar * c).sum(axis=-1) / norm
-    m1 = (w * c).sum(axis=-1) / norm
+    mean = _terms(w, abar, c, debiased).sum(axis=-2) / norm[..., None]
     if debiased:
-        return _debiased_value(s1, m1)
-    m2 = (w * c * c).sum(axis=-1) / norm
-    return _plug_in_value(s1, m1, m2, c.max(axis=-1) > c.min(axis=-1))
+        return _debiased_value(mean[..., 0], mean[..., 1])
+    return _plug_in_value(mean[..., 0], mean[..., 1], mean[..., 2], c.max(axis=-1) > c.min(axis=-1))
 
 
 def _composite(
@@ -224,20 +222,22 @@ def estimate(
         abar = group["abar"].to_numpy()
         c = group["label"].to_numpy()
         debiased = estimator == "debiased"
-        rho = float(_rho(w, abar, c, self_normalised, debiased))
         se = low = high = math.nan
         if estimator == "composite":
             parts = [
                 _delta_estimate(w, abar, x, flag) for x, flag in ((c, False), (group["debiased"].to_numpy(), True))
             ]
-            value, error, half = (float(v) for v in _composite(*parts[0], *parts[1], z))
-            rho, se = value, error
-            low, high = value - half, value + half
+            rho, se, half = (float(v) for v in _composite(*parts[0], *parts[1], z))
+            low, high = rho - half, rho + half
         elif interval == "delta":
-            if w.size > 1 and math.isfinite(rho):
-                se = float(_delta_estimate(w, abar, c, debiased)[1])
+            value, error = _delta_estimate(w, abar, c, debiased)
+            rho = float(value)
+            if math.isfinite(rho):
+                se = float(error)
                 low, high = rho - z * se, rho + z * se
-        elif bootstrap and w.size > 1:
+        else:
+            rho = float(_rho(w, abar, c, self_normalised, debiased))
+        if interval == "bootstrap" and bootstrap and w.size > 1:
             rng = np.random.default_rng([seed, int(index[0])])
             idx = rng.integers(0, w.size, size=(bootstrap, w.size))
             boot = _rho(w[idx], abar[idx], c[idx], self_normalised, debiased)
