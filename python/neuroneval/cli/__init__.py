@@ -111,7 +111,7 @@ import warnings
 from neuroneval import __version__
 from neuroneval.errors import NeuronEvalError
 
-from . import crowd, demo, meta, report, sanity, score
+from . import crowd, demo, label, meta, report, sanity, score
 from .common import PROG, Command, Parser, check_outputs, one_line, print_error
 
 __all__ = ["main"]
@@ -160,6 +160,6 @@ def parser() -> argparse.ArgumentParser:
     )
     top.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = top.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for command in (score, sanity, meta, crowd, report, demo):
+    for command in (score, sanity, meta, crowd, label, report, demo):
         command.add(commands)
     return top

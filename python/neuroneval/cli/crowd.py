@@ -47,6 +47,7 @@ from .common import (
     write_table,
     write_together,
 )
+from .label import add_crowd_judge
 
 _DEFAULT_ETA = 0.23
 _DEFAULT_PRIOR = 0.05
@@ -140,6 +141,7 @@ def add(commands: Any) -> None:
     _add_aggregate(steps)
     _add_estimate(steps)
     _add_simulate(steps)
+    add_crowd_judge(steps)
 
 
 def _add_model_and_pairs(p: argparse.ArgumentParser) -> None:

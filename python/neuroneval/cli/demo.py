@@ -16,11 +16,21 @@ def add(commands: Any) -> None:
         description=(
             "Train a small CNN on scikit-learn's digits, score its units with every metric, run the sanity "
             "checks and a crowd simulation, and write a report (make demo). With --text: MiniLM's FFN neurons "
-            "over gensim's Lee news corpus with lexicon concepts (needs the text extra)."
+            "over gensim's Lee news corpus with lexicon concepts (needs the text extra). With --label: judges "
+            "that turn explanation texts into concept labels, their quality against lexicon labels, and the "
+            "crowd study with an LLM judge as the rater (needs the label extra)."
         ),
     )
-    p.add_argument("--text", action="store_true", help="the MiniLM text demo instead of the digits CNN")
-    p.add_argument("--out", metavar="DIR", help="output directory (default: demo-out, or demo-text-out with --text)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--text", action="store_true", help="the MiniLM text demo instead of the digits CNN")
+    mode.add_argument(
+        "--label",
+        action="store_true",
+        help="the judges demo: explanation texts turned into labels by MiniLM, e5 and SmolLM2 (needs the label extra)",
+    )
+    p.add_argument(
+        "--out", metavar="DIR", help="output directory (default: demo-out; demo-text-out, demo-label-out with --text, --label)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of everything (default: 0)")
     p.set_defaults(command=run)
 
@@ -29,6 +39,10 @@ def run(args: argparse.Namespace) -> int:
     argv = ["--seed", str(args.seed)]
     if args.out is not None:
         argv += ["--out", args.out]
+    if args.label:
+        from neuroneval.experiments import labels
+
+        return labels.main(argv)
     if args.text:
         from neuroneval.experiments import text_demo
 

@@ -30,20 +30,25 @@ from __future__ import annotations
 
 from .cache import LabelCache, default_cache_path
 from .calibration import calibrate
+from .clip import ClipJudge
 from .embedding import E5Judge, EmbeddingJudge, MiniLMJudge, e5, minilm
 from .endpoint import EndpointJudge
 from .judge import Calibration, Judge, Judgement, expected_calibration_error, fit_calibration
 from .llm import LocalLLMJudge, messages, smollm2, smollm2_path, yes_no_score
-from .run import LabelStats, Labels, explanations_table, label, read_explanations, read_inputs
+from .names import judge_names, make_judge
+from .run import Labels, LabelStats, explanations_table, label, read_explanations, read_inputs
 from .server import JudgeServer
+from .study import JudgedStudy, judged_correlations
 
 __all__ = [
     "Calibration",
+    "ClipJudge",
     "E5Judge",
     "EmbeddingJudge",
     "EndpointJudge",
     "Judge",
     "JudgeServer",
+    "JudgedStudy",
     "Judgement",
     "LabelCache",
     "LabelStats",
@@ -56,7 +61,10 @@ __all__ = [
     "expected_calibration_error",
     "explanations_table",
     "fit_calibration",
+    "judge_names",
+    "judged_correlations",
     "label",
+    "make_judge",
     "messages",
     "minilm",
     "read_explanations",

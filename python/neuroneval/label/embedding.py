@@ -13,7 +13,7 @@ An input's embedding is computed once per `label` call and reused for every expl
 Examples
 --------
 >>> judge = minilm()  # doctest: +SKIP
->>> judge.template
+>>> judge.template  # doctest: +SKIP
 'This text is about {explanation}.'
 """
 
@@ -48,6 +48,7 @@ class EmbeddingJudge(Judge):
             raise ParameterError(f"template must be a string with '{{explanation}}'; got {template!r}")
         self._template = template
         self._memo: dict[str, npt.NDArray[np.float32]] = {}
+        self._queries: dict[str, npt.NDArray[np.float32]] = {}
 
     @property
     def template(self) -> str:
@@ -72,7 +73,10 @@ class EmbeddingJudge(Judge):
             for text, row in zip(todo, self.embed_inputs(todo), strict=True):
                 self._memo[text] = row
         e = np.stack([self._memo[t] for t in texts]).astype(np.float64)
-        q = self.embed_explanations([self._template.format(explanation=explanation)])[0].astype(np.float64)
+        prompt = self._template.format(explanation=explanation)
+        if prompt not in self._queries:
+            self._queries[prompt] = self.embed_explanations([prompt])[0]
+        q = self._queries[prompt].astype(np.float64)
         yield Judgement(
             positions=np.arange(len(texts), dtype=np.int64),
             scores=np.clip(e @ q, -1.0, 1.0),
@@ -81,6 +85,7 @@ class EmbeddingJudge(Judge):
 
     def close(self) -> None:
         self._memo.clear()
+        self._queries.clear()
 
 
 @contextlib.contextmanager

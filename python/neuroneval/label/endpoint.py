@@ -189,6 +189,7 @@ class EndpointJudge(Judge):
                     future.cancel()
 
     def close(self) -> None:
+        self._checked = False  # the next run checks the endpoint again
         if self._client is not None:
             self._client.close()
             self._client = None

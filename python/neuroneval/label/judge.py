@@ -197,9 +197,11 @@ class Judge(abc.ABC):
 
     def prepare(self) -> None:
         """Fail early: load the model, reach the endpoint (`label` calls it before opening the cache)."""
+        return None
 
     def close(self) -> None:
         """Release what the judge holds between calls (memoised embeddings, connections)."""
+        return None
 
     def with_calibration(self, calibration: Calibration | None) -> Judge:
         """The same judge with another calibration (the model is shared, not reloaded)."""
@@ -233,6 +235,8 @@ def fit_calibration(scores: npt.ArrayLike, labels: npt.ArrayLike, *, iterations:
         raise LabelError("calibration labels must be 0 or 1")
     if y.min() == y.max():
         raise LabelError("calibration labels are all one class: a sigmoid cannot be fitted")
+    if s.min() == s.max():
+        raise LabelError("the judge gave every labelled pair the same score: a sigmoid cannot be fitted")
     mean, scale = float(s.mean()), float(s.std()) or 1.0
     x = (s - mean) / scale
     w = np.zeros(2)  # slope and intercept on the standardised score
@@ -275,13 +279,15 @@ def expected_calibration_error(probabilities: npt.ArrayLike, labels: npt.ArrayLi
         raise EmptyInputError("no predictions")
     if not np.all((p >= 0) & (p <= 1)):
         raise ParameterError("probabilities must lie in [0, 1]")
+    if not np.all((y == 0) | (y == 1)):
+        raise LabelError("calibration labels must be 0 or 1")
     which = np.minimum((p * bins).astype(np.int64), bins - 1)
     total = 0.0
     for b in range(bins):
         inside = which == b
         if inside.any():
             total += inside.sum() * abs(float(y[inside].mean()) - float(p[inside].mean()))
-    return round(total / p.size, 12)
+    return round(float(total) / p.size, 12)
 
 
 def checked_explanation(explanation: Any, where: str) -> str:

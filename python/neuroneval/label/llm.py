@@ -22,7 +22,7 @@ every batch of inputs. `smollm2()` loads SmolLM2-135M-Instruct from the GGUF fil
 Examples
 --------
 >>> round(yes_no_score([(" Yes", -0.5), ("No", -1.5), ("yes", -3.0)]), 4)
-1.0486
+1.0789
 """
 
 from __future__ import annotations
@@ -136,8 +136,8 @@ def _load_causal_lm(path: str, gguf_file: str | None, device: str, dtype: str) -
             model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except (OSError, ValueError) as e:
         raise SourceError(f"cannot load a causal language model from {path}: {e}") from e
-    model.to(device=device, dtype=getattr(torch, dtype))
-    model.eval()
+    model = model.to(device=device, dtype=getattr(torch, dtype))  # type: ignore[call-arg]
+    model.train(False)  # eval mode
     return model, tokenizer
 
 
@@ -236,7 +236,12 @@ class LocalLLMJudge(Judge):
         shared = [i for i, s in enumerate(sequences) if p and len(s) > len(p) and tuple(s[: len(p)]) == p]
         alone = [i for i in range(len(sequences)) if i not in set(shared)]
         out: list[list[tuple[str, float]]] = [[] for _ in sequences]
-        with torch.inference_mode():
+        # float64 promises batch-independent results: PyTorch's CPU flash-attention kernel (the default
+        # SDPA backend) is off by ~1e-6 in float64 on padded rows; its math backend is exact.
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        exact = sdpa_kernel(SDPBackend.MATH) if self.dtype == "float64" else contextlib.nullcontext()
+        with torch.inference_mode(), exact:
             for group, start in ((shared, len(p)), (alone, 0)):
                 for b in range(0, len(group), self.batch_size):
                     rows = group[b : b + self.batch_size]

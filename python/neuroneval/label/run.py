@@ -243,7 +243,7 @@ def label(
     texts = table["explanation"].to_list()
     judge.prepare()
     owned = cache is not None and not isinstance(cache, LabelCache)
-    store = LabelCache(cache) if owned else cache  # type: ignore[arg-type]
+    store: LabelCache | None = cache if isinstance(cache, LabelCache) else None if cache is None else LabelCache(cache)
     n, t = len(values), len(texts)
     scores = np.full((n, t), np.nan)
     stats = LabelStats(pairs=n * t)

@@ -81,7 +81,7 @@ class JudgeServer:
     def url(self) -> str:
         """The API's root, for `EndpointJudge(base_url=...)`."""
         host, port = self._http.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
     def start(self) -> JudgeServer:
         """Serve on a background thread."""
