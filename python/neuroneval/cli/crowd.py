@@ -304,7 +304,8 @@ def _add_estimate(steps: Any) -> None:
         default="plug-in",
         help=(
             "plug-in (default, SPEC's), debiased (labels of `aggregate --method debiased`: S1 / sqrt(p (1 - p))) "
-            "or composite (labels of `aggregate --method composite`)"
+            "composite (labels of `aggregate --method composite`) or pearson (the draws' weighted Pearson "
+            "correlation: for soft labels such as a judge's probabilities)"
         ),
     )
     p.add_argument(

@@ -29,7 +29,9 @@ def add(commands: Any) -> None:
         help="the judges demo: explanation texts turned into labels by MiniLM, e5 and SmolLM2 (needs the label extra)",
     )
     p.add_argument(
-        "--out", metavar="DIR", help="output directory (default: demo-out; demo-text-out, demo-label-out with --text, --label)"
+        "--out",
+        metavar="DIR",
+        help="output directory (default: demo-out; demo-text-out, demo-label-out with --text, --label)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of everything (default: 0)")
     p.set_defaults(command=run)

@@ -69,7 +69,9 @@ def _add_io(p: argparse.ArgumentParser) -> None:
         help=f"the judgement cache, a SQLite file (default $NEURONEVAL_CACHE or {judges.default_cache_path()})",
     )
     p.add_argument("--no-cache", action="store_true", help="judge every pair, store nothing")
-    p.add_argument("--batch-size", type=positive_int, default=32, metavar="N", help="inputs per model call (default 32)")
+    p.add_argument(
+        "--batch-size", type=positive_int, default=32, metavar="N", help="inputs per model call (default 32)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
 
 

@@ -82,6 +82,22 @@ def _rho(w: Array, abar: Array, c: Array, self_normalised: bool, debiased: bool 
     return _plug_in_value(mean[..., 0], mean[..., 1], mean[..., 2], c.max(axis=-1) > c.min(axis=-1))
 
 
+def _pearson(w: Array, abar: Array, c: Array) -> Array:
+    """The weighted Pearson correlation of the activations and labels over the last axis (draws),
+    weights normalised by their sum: both are centred on the draws' own weighted means and scaled
+    by their own weighted spread, so a label that sits far from 0 adds no noise through the
+    draws' mean activation, and the value stays in [-1, 1]. NaN when either is constant."""
+    total = w.sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        da = abar - (w * abar).sum(axis=-1, keepdims=True) / total
+        dc = c - (w * c).sum(axis=-1, keepdims=True) / total
+        va, vc = (w * da * da).sum(axis=-1), (w * dc * dc).sum(axis=-1)
+        defined = (va > 0) & (vc > 0) & (c.max(axis=-1) > c.min(axis=-1))
+        value = (w * da * dc).sum(axis=-1) / np.sqrt(np.where(defined, va * vc, 1.0))
+    out: Array = np.where(defined, np.clip(value, -1.0, 1.0), np.nan)
+    return out
+
+
 def _composite(
     plug_in: Array, plug_in_se: Array, debiased: Array, debiased_se: Array, z: float
 ) -> tuple[Array, Array, Array]:
@@ -108,15 +124,16 @@ def _composite(
     return out
 
 
-#: The estimators of `estimate`: SPEC's plug-in, the debiased one, and their composite.
-ESTIMATORS = ("plug-in", "debiased", "composite")
+#: The estimators of `estimate`: SPEC's plug-in, the debiased one, their composite, and the
+#: weighted Pearson correlation of the draws.
+ESTIMATORS = ("plug-in", "debiased", "composite", "pearson")
 
 
 def estimate(
     plan: Plan,
     labels: pl.DataFrame,
     *,
-    estimator: Literal["plug-in", "debiased", "composite"] = "plug-in",
+    estimator: Literal["plug-in", "debiased", "composite", "pearson"] = "plug-in",
     self_normalised: bool = False,
     interval: Literal["bootstrap", "delta"] | None = None,
     level: float = 0.95,
@@ -144,6 +161,12 @@ def estimate(
     estimates (`_composite`): the plug-in's low variance at small budgets, the debiased one's
     consistency at large ones. Its interval is built from the two delta-method intervals.
 
+    **pearson**: the weighted Pearson correlation of the drawn inputs' activations and labels
+    (weights 1 / (N q), normalised by their sum; `_pearson`), with its bootstrap interval. Both
+    are centred and scaled on the draws themselves, so labels with a large mean and a small
+    spread (a judge's probabilities, all near its base rate) do not blow the estimate up as they
+    do the plug-in's S1 / sqrt(M2 - M1^2); it stays in [-1, 1] and is consistent.
+
     The standard error and interval come from `bootstrap` resamples of the draws (seeded;
     percentile interval), or with ``interval="delta"`` from the delta method on the means of
     the per-draw terms (rho_hat +- z se; the plain estimator only). The default is the
@@ -164,7 +187,7 @@ def estimate(
     plan = _check_plan(plan)
     labels = as_table(labels, "labels", "pair, input, label")
     if not isinstance(estimator, str) or estimator not in ESTIMATORS:
-        raise ParameterError(f"estimator must be 'plug-in', 'debiased' or 'composite'; got {estimator!r}")
+        raise ParameterError(f"estimator must be 'plug-in', 'debiased', 'composite' or 'pearson'; got {estimator!r}")
     self_normalised = check_flag(self_normalised, "self_normalised")
     if interval is None:
         interval = "delta" if estimator == "composite" else "bootstrap"
@@ -172,6 +195,8 @@ def estimate(
         raise ParameterError(f"interval must be 'bootstrap' or 'delta'; got {interval!r}")
     if interval == "delta" and self_normalised:
         raise ParameterError("interval='delta' is for the plain estimator; use the bootstrap with self_normalised")
+    if estimator == "pearson" and interval == "delta":
+        raise ParameterError("the pearson estimator's interval is the bootstrap's")
     if estimator == "composite" and (interval != "delta" or self_normalised):
         raise ParameterError("the composite estimator takes the plain weights and the delta interval")
     level = check_between(level, "level", 0.0, 1.0)
@@ -235,12 +260,18 @@ def estimate(
             if math.isfinite(rho):
                 se = float(error)
                 low, high = rho - z * se, rho + z * se
+        elif estimator == "pearson":
+            rho = float(_pearson(w, abar, c))
         else:
             rho = float(_rho(w, abar, c, self_normalised, debiased))
         if interval == "bootstrap" and bootstrap and w.size > 1:
             rng = np.random.default_rng([seed, int(index[0])])
             idx = rng.integers(0, w.size, size=(bootstrap, w.size))
-            boot = _rho(w[idx], abar[idx], c[idx], self_normalised, debiased)
+            boot = (
+                _pearson(w[idx], abar[idx], c[idx])
+                if estimator == "pearson"
+                else _rho(w[idx], abar[idx], c[idx], self_normalised, debiased)
+            )
             boot = boot[np.isfinite(boot)]
             if boot.size > 1:
                 se = float(boot.std(ddof=1))

@@ -15,8 +15,8 @@ sentences it
    next to the lexicon labels' own);
 4. runs the crowd study with judges as raters: MiniLM's labels are the concept model of an
    MG-IS plan, SmolLM2 labels only the drawn sentences, and each pair's correlation with
-   SmolLM2's labels is estimated with a 95% interval, then checked against SmolLM2's labels on
-   every sentence;
+   SmolLM2's labels is estimated with a 95% interval (the draws' weighted Pearson correlation),
+   then checked against SmolLM2's labels on every sentence;
 
 and writes ``DIR/labels/`` (each judge's long table, summary.md, summary.json).
 
@@ -172,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         for t, text_ in enumerate(EXPLANATIONS.values()):
             cells = " | ".join(f"{correlation[n][t]:.3f}" for n in ["lexicon"] + [j.name for j in judges])
-            score_lines.append(f"| probe {t} (\"{text_}\") | {cells} |")
+            score_lines.append(f'| probe {t} ("{text_}") | {cells} |')
         print("correlation of each probe unit with its explanation, by whose labels:")
         for line in score_lines:
             print("    " + line)
@@ -195,12 +195,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     covered = study.coverage()
     error = (study.table["rho"] - study.table["rho_all"]).abs()
+    width = study.table["ci_high"] - study.table["ci_low"]
     print(
         f"{clock()} crowd study with judges as raters: {study.table.height} (unit, explanation) pairs, MG-IS from "
         f"MiniLM's labels, {STUDY_BUDGET} SmolLM2 judgements drawn per pair: SmolLM2 judged "
         f"{study.expensive.pairs:,} of {study.n_inputs * study.explanations_used:,} (sentence, explanation) pairs "
         f"({study.expensive_fraction:.1%}); the 95% interval holds the all-sentence correlation for "
-        f"{covered:.0%} of pairs (median |error| {float(error.median()):.3f})"  # type: ignore[arg-type]
+        f"{covered:.0%} of pairs (median |error| {float(error.median()):.3f}, "  # type: ignore[arg-type]
+        f"median interval width {float(width.median()):.3f})"  # type: ignore[arg-type]
     )
     summary = {
         "sentences": len(sentences),
@@ -214,6 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "fraction": study.expensive_fraction,
             "coverage": covered,
             "median_abs_error": float(error.median()),  # type: ignore[arg-type]
+            "median_interval_width": float(width.median()),  # type: ignore[arg-type]
         },
     }
     write_atomic(out / "study.csv", study.table.write_csv)

@@ -223,7 +223,9 @@ class LocalLLMJudge(Judge):
         whole = tokenizer([self.render(explanation, t) for t in texts], add_special_tokens=False)["input_ids"]
         return list(prefix), [list(w) for w in whole]
 
-    def top_tokens(self, sequences: Sequence[Sequence[int]], prefix: Sequence[int] = ()) -> list[list[tuple[str, float]]]:
+    def top_tokens(
+        self, sequences: Sequence[Sequence[int]], prefix: Sequence[int] = ()
+    ) -> list[list[tuple[str, float]]]:
         """The `TOP_LOGPROBS` most likely next tokens (text, log-probability) after each sequence.
 
         Sequences that begin with `prefix` share its key/value cache (computed once and kept for

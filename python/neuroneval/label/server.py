@@ -60,7 +60,9 @@ class JudgeServer:
     ) -> None:
         if not isinstance(judge, LocalLLMJudge):
             raise ParameterError(f"a judge server serves a LocalLLMJudge; got {type(judge).__name__}")
-        if max_waiting is not None and (isinstance(max_waiting, bool) or not isinstance(max_waiting, int) or max_waiting < 0):
+        if max_waiting is not None and (
+            isinstance(max_waiting, bool) or not isinstance(max_waiting, int) or max_waiting < 0
+        ):
             raise ParameterError(f"max_waiting must be a non-negative integer or None; got {max_waiting!r}")
         self.judge = judge
         self.model_name = model_name or judge.name
@@ -117,10 +119,19 @@ class JudgeServer:
         if not isinstance(body, dict):
             raise _Refusal(400, "the request body must be a JSON object")
         if body.get("model") != self.model_name:
-            raise _Refusal(404, f"the model {body.get('model')!r} does not exist; this server serves {self.model_name!r}", "not_found_error")
+            raise _Refusal(
+                404,
+                f"the model {body.get('model')!r} does not exist; this server serves {self.model_name!r}",
+                "not_found_error",
+            )
         chat = body.get("messages")
-        if not isinstance(chat, list) or not chat or not all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in chat
+        if (
+            not isinstance(chat, list)
+            or not chat
+            or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in chat
+            )
         ):
             raise _Refusal(400, "messages must be a non-empty list of {role, content} objects with text content")
         max_tokens = body.get("max_tokens", body.get("max_completion_tokens", 1))

@@ -86,7 +86,7 @@ def judged_correlations(
     sampling: Literal["mgis", "uniform"] = "mgis",
     gamma: float = 0.2,
     level: float = 0.95,
-    self_normalised: bool = True,
+    estimator: Literal["pearson", "plug-in"] = "pearson",
     seed: int = 0,
     cache: LabelCache | str | os.PathLike[str] | None = None,
     verify: bool = False,
@@ -113,9 +113,11 @@ def judged_correlations(
         input's (soft) label.
     budget : int
         Expensive judgements drawn per pair (with replacement; a repeated input is judged once).
-    self_normalised : bool
-        Divide the weighted means by the weights' sum (the default): the label variance then
-        never goes negative at small budgets. The interval is the bootstrap's either way.
+    estimator : str
+        "pearson" (the default): the draws' weighted Pearson correlation, which a judge's soft
+        labels (probabilities near its base rate, with a small spread) need; "plug-in": SPEC's
+        S1 / sqrt(M2 - M1^2), self-normalised, which those labels blow up at small budgets
+        (`docs/labels.md` measures both). The interval is the bootstrap's.
     verify : bool
         Also judge every input with the expensive judge (N per explanation used) and report
         rho_all and whether each interval covers it: a check of the method, not part of it.
@@ -139,7 +141,9 @@ def judged_correlations(
     pair_array = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     used = sorted({int(t) for t in pair_array[:, 1]})
     if used and (used[0] < 0 or used[-1] >= len(texts)):
-        raise ShapeError(f"a pair names explanation {used[-1] if used[-1] >= len(texts) else used[0]}, outside 0..{len(texts)}")
+        raise ShapeError(
+            f"a pair names explanation {used[-1] if used[-1] >= len(texts) else used[0]}, outside 0..{len(texts)}"
+        )
     store = LabelCache(cache) if cache is not None and not isinstance(cache, LabelCache) else cache
     try:
         used_table = table[used, :]
@@ -164,7 +168,12 @@ def judged_correlations(
         for t in used:
             rows = sorted(set(shown.filter(pl.col("concept") == t)["input"].to_list()))
             got = label(
-                expensive, [values[i] for i in rows], table[[t], :], cache=store, batch_size=batch_size, progress=progress
+                expensive,
+                [values[i] for i in rows],
+                table[[t], :],
+                cache=store,
+                batch_size=batch_size,
+                progress=progress,
             )
             for i, p in zip(rows, got.probabilities[:, 0], strict=True):
                 label_of[(t, i)] = float(p)
@@ -173,7 +182,9 @@ def judged_correlations(
         labels = shown.with_columns(
             pl.Series("label", [label_of[(t, i)] for t, i in zip(shown["concept"], shown["input"], strict=True)])
         ).select("pair", "input", "label")
-        result = crowd.estimate(plan, labels, level=level, self_normalised=self_normalised, seed=seed)
+        result = crowd.estimate(
+            plan, labels, estimator=estimator, level=level, self_normalised=estimator == "plug-in", seed=seed
+        )
         if verify:
             full = label(expensive, values, used_table, cache=store, batch_size=batch_size, progress=progress)
             column = {t: c for c, t in enumerate(used)}
