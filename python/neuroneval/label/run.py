@@ -121,28 +121,32 @@ def explanations_table(explanations: Any) -> pl.DataFrame:
     return frame
 
 
+_TABLE_READERS = {
+    ".parquet": pl.read_parquet,
+    ".csv": lambda p: pl.read_csv(p, infer_schema=False),
+    ".jsonl": pl.read_ndjson,
+    ".ndjson": pl.read_ndjson,
+}
+
+
+def _text_lines(p: Path) -> list[str]:
+    """A text file's lines, trailing blank lines (a final newline) dropped."""
+    lines = p.read_text(encoding="utf-8").splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return lines
+
+
 def read_explanations(path: str | os.PathLike[str]) -> pl.DataFrame:
     """An explanation table from `.csv`, `.parquet`, `.jsonl` (columns `explanation` and
     `concept` or `unit`), or `.txt` (one explanation per line, named by its text)."""
     p = Path(path)
     if not p.is_file():
         raise SourceError(f"no explanation file at {p}")
+    if p.suffix != ".txt" and p.suffix not in _TABLE_READERS:
+        raise SourceError(f"explanations must be a .csv, .parquet, .jsonl or .txt file; got {p}")
     try:
-        if p.suffix == ".parquet":
-            frame = pl.read_parquet(p)
-        elif p.suffix == ".csv":
-            frame = pl.read_csv(p, infer_schema=False)
-        elif p.suffix in (".jsonl", ".ndjson"):
-            frame = pl.read_ndjson(p)
-        elif p.suffix == ".txt":
-            lines = p.read_text(encoding="utf-8").splitlines()
-            while lines and not lines[-1].strip():
-                lines.pop()
-            return explanations_table(lines)
-        else:
-            raise SourceError(f"explanations must be a .csv, .parquet, .jsonl or .txt file; got {p}")
-    except SourceError:
-        raise
+        frame: Any = _text_lines(p) if p.suffix == ".txt" else _TABLE_READERS[p.suffix](p)
     except Exception as e:  # polars raises many kinds; all mean the file is unreadable
         raise SourceError(f"cannot read the explanation table {p}: {e}") from e
     return explanations_table(frame)
@@ -156,24 +160,16 @@ def read_inputs(path: str | os.PathLike[str], *, column: str = "text") -> list[A
         raise SourceError(f"no inputs file at {p}")
     try:
         if p.suffix == ".txt":
-            lines = p.read_text(encoding="utf-8").splitlines()
-            while lines and not lines[-1].strip():
-                lines.pop()
-            values: list[Any] = lines
+            values: list[Any] = _text_lines(p)
         elif p.suffix == ".npy":
             array = np.load(p, mmap_mode="r", allow_pickle=False)
             if array.ndim != 4:
                 raise SourceError(f"images in {p} must have shape (N, H, W, 3); got {array.shape}")
             values = list(array)
         else:
-            if p.suffix == ".parquet":
-                frame = pl.read_parquet(p)
-            elif p.suffix == ".csv":
-                frame = pl.read_csv(p, infer_schema=False)
-            elif p.suffix in (".jsonl", ".ndjson"):
-                frame = pl.read_ndjson(p)
-            else:
+            if p.suffix not in _TABLE_READERS:
                 raise SourceError(f"inputs must be a .txt, .csv, .parquet, .jsonl or .npy file; got {p}")
+            frame = _TABLE_READERS[p.suffix](p)
             if column not in frame.columns:
                 raise SourceError(f"the inputs table {p} has no '{column}' column; it has {frame.columns}")
             values = frame[column].to_list()
