@@ -30,7 +30,7 @@ def _labels(plan: crowd.Plan, c: np.ndarray) -> pl.DataFrame:
 def test_pearson_is_the_weighted_correlation_of_the_draws() -> None:
     a, c, model = _setting(0)
     plan = crowd.plan([(0, 0)], a[:, None], model[:, None], budget=300, raters_per_input=1, seed=3)
-    got = crowd.estimate(plan, _labels(plan, c), estimator="pearson", bootstrap=200, seed=0)
+    got = crowd.estimate(plan, _labels(plan, c), estimator="pearson", interval="bootstrap", bootstrap=200, seed=0)
     draws = plan.draws
     w = draws["weight"].to_numpy()
     x = draws["abar"].to_numpy()
@@ -62,8 +62,23 @@ def test_soft_labels_near_a_base_rate_blow_up_the_plug_in_not_pearson() -> None:
     assert np.median(errors["pearson"]) < 0.5 * np.median(errors["plug-in"]), errors
 
 
-def test_pearson_takes_the_bootstrap_interval_only() -> None:
+def test_pearson_s_fisher_interval_at_kish_s_effective_size() -> None:
+    a, c, model = _setting(4)
+    plan = crowd.plan([(0, 0)], a[:, None], model[:, None], budget=50, raters_per_input=1, seed=1)
+    got = crowd.estimate(plan, _labels(plan, c), estimator="pearson", level=0.9)
+    w = plan.draws["weight"].to_numpy()
+    n_eff = w.sum() ** 2 / (w**2).sum()
+    assert 3 < n_eff < w.size
+    centre, half = np.arctanh(got["rho"][0]), 1.6448536269514722 / np.sqrt(n_eff - 3)
+    assert got["ci_low"][0] == pytest.approx(np.tanh(centre - half), abs=1e-12)
+    assert got["ci_high"][0] == pytest.approx(np.tanh(centre + half), abs=1e-12)
+    assert got["se"][0] == pytest.approx((1 - got["rho"][0] ** 2) / np.sqrt(n_eff - 3), abs=1e-12)
+
+
+def test_pearson_takes_the_fisher_or_bootstrap_interval_and_fisher_only_pearson() -> None:
     a, c, model = _setting(2)
     plan = crowd.plan([(0, 0)], a[:, None], model[:, None], budget=60, raters_per_input=1)
-    with pytest.raises(ParameterError, match="bootstrap"):
+    with pytest.raises(ParameterError, match="fisher"):
         crowd.estimate(plan, _labels(plan, c), estimator="pearson", interval="delta")
+    with pytest.raises(ParameterError, match="pearson"):
+        crowd.estimate(plan, _labels(plan, c), interval="fisher")

@@ -315,9 +315,10 @@ def _add_estimate(steps: Any) -> None:
     )
     p.add_argument(
         "--interval",
-        choices=("bootstrap", "delta"),
+        choices=("bootstrap", "delta", "fisher"),
         default=None,
-        help="bootstrap (percentile interval; the default) or delta (the delta method: rho +- z SE; the composite's default)",
+        help="bootstrap (percentile interval; the default), delta (the delta method: rho +- z SE; the composite's "
+        "default) or fisher (Fisher's z at Kish's effective size; the pearson estimator's default)",
     )
     p.add_argument("--level", type=open_fraction, default=0.95, help="confidence level, in (0, 1) (default 0.95)")
     p.add_argument(
@@ -620,6 +621,8 @@ def estimate(args: argparse.Namespace) -> int:
     weights = "self-normalised weights" if args.self_normalised else "weights 1 / (N q)"
     if args.interval == "delta" or (args.interval is None and args.estimator == "composite"):
         interval = f"{args.level:.0%} interval and SE by the delta method"
+    elif args.interval == "fisher" or (args.interval is None and args.estimator == "pearson"):
+        interval = f"{args.level:.0%} interval and SE by Fisher's z at Kish's effective sample size"
     elif args.bootstrap:
         interval = (
             f"{args.level:.0%} percentile interval and SE from {args.bootstrap:,} bootstrap resamples, seed {args.seed}"

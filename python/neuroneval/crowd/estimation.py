@@ -98,6 +98,19 @@ def _pearson(w: Array, abar: Array, c: Array) -> Array:
     return out
 
 
+def _fisher_interval(rho: float, w: Array, z: float) -> tuple[float, float, float]:
+    """SE and interval of a weighted correlation by Fisher's z with Kish's effective sample size
+    n_eff = (sum w)^2 / sum w^2: atanh(rho) +- z / sqrt(n_eff - 3), mapped back by tanh (NaN with
+    n_eff <= 3). A percentile bootstrap of a correlation from a few dozen draws covers too
+    rarely (measured in `docs/labels.md`); this interval is the textbook one for few draws."""
+    n_eff = float(w.sum() ** 2 / (w * w).sum()) if w.size else 0.0
+    if not math.isfinite(rho) or n_eff <= 3:
+        return math.nan, math.nan, math.nan
+    half = 1.0 / math.sqrt(n_eff - 3)
+    centre = math.atanh(min(max(rho, -1 + 1e-15), 1 - 1e-15))
+    return (1 - rho * rho) * half, math.tanh(centre - z * half), math.tanh(centre + z * half)
+
+
 def _composite(
     plug_in: Array, plug_in_se: Array, debiased: Array, debiased_se: Array, z: float
 ) -> tuple[Array, Array, Array]:
@@ -162,7 +175,8 @@ def estimate(
     consistency at large ones. Its interval is built from the two delta-method intervals.
 
     **pearson**: the weighted Pearson correlation of the drawn inputs' activations and labels
-    (weights 1 / (N q), normalised by their sum; `_pearson`), with its bootstrap interval. Both
+    (weights 1 / (N q), normalised by their sum; `_pearson`), with Fisher's interval at Kish's
+    effective sample size (`_fisher_interval`; ``interval="bootstrap"`` for the bootstrap's). Both
     are centred and scaled on the draws themselves, so labels with a large mean and a small
     spread (a judge's probabilities, all near its base rate) do not blow the estimate up as they
     do the plug-in's S1 / sqrt(M2 - M1^2); it stays in [-1, 1] and is consistent.
@@ -190,13 +204,15 @@ def estimate(
         raise ParameterError(f"estimator must be 'plug-in', 'debiased', 'composite' or 'pearson'; got {estimator!r}")
     self_normalised = check_flag(self_normalised, "self_normalised")
     if interval is None:
-        interval = "delta" if estimator == "composite" else "bootstrap"
-    if not isinstance(interval, str) or interval not in ("bootstrap", "delta"):
+        interval = {"composite": "delta", "pearson": "fisher"}.get(estimator, "bootstrap")
+    if not isinstance(interval, str) or interval not in ("bootstrap", "delta", "fisher"):
         raise ParameterError(f"interval must be 'bootstrap' or 'delta'; got {interval!r}")
     if interval == "delta" and self_normalised:
         raise ParameterError("interval='delta' is for the plain estimator; use the bootstrap with self_normalised")
     if estimator == "pearson" and interval == "delta":
-        raise ParameterError("the pearson estimator's interval is the bootstrap's")
+        raise ParameterError("the pearson estimator's interval is fisher's (the default) or the bootstrap's")
+    if interval == "fisher" and estimator != "pearson":
+        raise ParameterError("interval='fisher' is the pearson estimator's")
     if estimator == "composite" and (interval != "delta" or self_normalised):
         raise ParameterError("the composite estimator takes the plain weights and the delta interval")
     level = check_between(level, "level", 0.0, 1.0)
@@ -262,6 +278,8 @@ def estimate(
                 low, high = rho - z * se, rho + z * se
         elif estimator == "pearson":
             rho = float(_pearson(w, abar, c))
+            if interval == "fisher":
+                se, low, high = _fisher_interval(rho, w, z)
         else:
             rho = float(_rho(w, abar, c, self_normalised, debiased))
         if interval == "bootstrap" and bootstrap and w.size > 1:

@@ -117,7 +117,8 @@ def judged_correlations(
         "pearson" (the default): the draws' weighted Pearson correlation, which a judge's soft
         labels (probabilities near its base rate, with a small spread) need; "plug-in": SPEC's
         S1 / sqrt(M2 - M1^2), self-normalised, which those labels blow up at small budgets
-        (`docs/labels.md` measures both). The interval is the bootstrap's.
+        (`docs/labels.md` measures both). The interval is Fisher's for pearson, the bootstrap's
+        for plug-in.
     verify : bool
         Also judge every input with the expensive judge (N per explanation used) and report
         rho_all and whether each interval covers it: a check of the method, not part of it.
