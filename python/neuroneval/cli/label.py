@@ -160,8 +160,9 @@ def add_crowd_judge(steps: Any) -> None:
 
 
 def _judge(args: argparse.Namespace, spec: str | None = None) -> judges.Judge:
+    """The judge of --judge (with --calibration), or the one `spec` names (uncalibrated)."""
     calibration = None
-    if getattr(args, "calibration", None):
+    if spec is None and getattr(args, "calibration", None):
         path = Path(args.calibration)
         try:
             calibration = judges.Calibration.from_dict(json.loads(path.read_text(encoding="utf-8")))

@@ -148,7 +148,7 @@ def estimate(
     *,
     estimator: Literal["plug-in", "debiased", "composite", "pearson"] = "plug-in",
     self_normalised: bool = False,
-    interval: Literal["bootstrap", "delta"] | None = None,
+    interval: Literal["bootstrap", "delta", "fisher"] | None = None,
     level: float = 0.95,
     bootstrap: int = 2000,
     seed: int = 0,
@@ -204,9 +204,9 @@ def estimate(
         raise ParameterError(f"estimator must be 'plug-in', 'debiased', 'composite' or 'pearson'; got {estimator!r}")
     self_normalised = check_flag(self_normalised, "self_normalised")
     if interval is None:
-        interval = {"composite": "delta", "pearson": "fisher"}.get(estimator, "bootstrap")
+        interval = "delta" if estimator == "composite" else "fisher" if estimator == "pearson" else "bootstrap"
     if not isinstance(interval, str) or interval not in ("bootstrap", "delta", "fisher"):
-        raise ParameterError(f"interval must be 'bootstrap' or 'delta'; got {interval!r}")
+        raise ParameterError(f"interval must be 'bootstrap', 'delta' or 'fisher'; got {interval!r}")
     if interval == "delta" and self_normalised:
         raise ParameterError("interval='delta' is for the plain estimator; use the bootstrap with self_normalised")
     if estimator == "pearson" and interval == "delta":
