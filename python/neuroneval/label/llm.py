@@ -236,7 +236,8 @@ class LocalLLMJudge(Judge):
         model, tokenizer = self._model()
         p = tuple(prefix)
         shared = [i for i, s in enumerate(sequences) if p and len(s) > len(p) and tuple(s[: len(p)]) == p]
-        alone = [i for i in range(len(sequences)) if i not in set(shared)]
+        sharing = set(shared)
+        alone = [i for i in range(len(sequences)) if i not in sharing]
         out: list[list[tuple[str, float]]] = [[] for _ in sequences]
         # float64 promises batch-independent results: PyTorch's CPU flash-attention kernel (the default
         # SDPA backend) is off by ~1e-6 in float64 on padded rows; its math backend is exact.
