@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from . import distributed, errors, meta, metrics, sanity
+from . import compare, distributed, errors, interop, meta, metrics, sanity
 from ._evaluate import evaluate
 from ._registry import METRICS, PASSING_METRICS, MetricInfo
 from ._score import compute, score
@@ -24,10 +24,12 @@ __all__ = [
     "MetricInfo",
     "NeuronEvalError",
     "ScoreParams",
+    "compare",
     "compute",
     "distributed",
     "errors",
     "evaluate",
+    "interop",
     "meta",
     "meta_auprc",
     "metrics",

@@ -1,6 +1,6 @@
 """The `neuroneval` command line: `main` and the top-level parser; one module per command
-(`score`, `sanity`, `meta`, `crowd`, `report`, `demo`) declares its options and runs it, and
-`common` holds what they share.
+(`score`, `sanity`, `meta`, `crowd`, `label`, `compare`, `report`, `demo`) declares its
+options and runs it, and `common` holds what they share.
 
 Usage
 -----
@@ -52,12 +52,21 @@ per budget, and the budget each needs to reach a target::
     neuroneval crowd simulate acts.npy labels.npy model.npy --pairs pairs.csv \
         --budgets 60,120,240,480,960 --target 0.275 --out simulation/
 
+Compare explainers (SPEC's trustworthy metrics by default): an explanations table of (unit,
+explainer, explanation) rows and one concept column per row; print each explainer's mean over
+units with a bootstrap interval, against a random and a shuffled baseline, and the paired
+differences between explainers; write the tables and a SAEBench-shaped JSON into a directory
+(or label the explanations with a judge instead of giving --concepts)::
+
+    neuroneval compare acts.npy explanations.csv --concepts concepts.npy --n-boot 2000 --out compare/
+    neuroneval compare acts.npy explanations.csv --judge minilm --inputs texts.txt --out compare/
+
 One self-contained HTML page of a results directory (what `neuroneval demo --out DIR`
 writes, or any directory holding a scores.parquet; `neuroneval.report` says what it reads)::
 
     neuroneval report demo-out -o report.html
 
-The same commands run as `python -m neuroneval score ...` (or `sanity`, `meta`, `crowd`, `report`).
+The same commands run as `python -m neuroneval score ...` (or `sanity`, `meta`, `crowd`, `compare`, `report`).
 
 Inputs
     ACTIVATIONS is a `.npy` file, a shard directory (`neuroneval.sources.write_shards`) or a
@@ -95,6 +104,10 @@ Output
     `--out`; each command's files are written aside and renamed into place, all or none.
     `crowd simulate --out DIR` writes rce.csv, needed.csv and rce.png there (all or none).
 
+    `compare --out DIR` prints the ranking of each metric and the differences under the first,
+    and writes pairs.parquet, summary.csv, differences.csv, comparison.json and
+    saebench_eval.json there (all or none); `neuroneval report DIR` shows them.
+
     `report` writes its page (default RESULTS_DIR/report.html) aside and renames it into
     place, then prints its path and size.
 
@@ -111,7 +124,7 @@ import warnings
 from neuroneval import __version__
 from neuroneval.errors import NeuronEvalError
 
-from . import crowd, demo, label, meta, report, sanity, score
+from . import compare, crowd, demo, label, meta, report, sanity, score
 from .common import PROG, Command, Parser, check_outputs, one_line, print_error
 
 __all__ = ["main"]
@@ -160,6 +173,6 @@ def parser() -> argparse.ArgumentParser:
     )
     top.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = top.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for command in (score, sanity, meta, crowd, label, report, demo):
+    for command in (score, sanity, meta, crowd, label, compare, report, demo):
         command.add(commands)
     return top

@@ -18,7 +18,8 @@ def add(commands: Any) -> None:
             "checks and a crowd simulation, and write a report (make demo). With --text: MiniLM's FFN neurons "
             "over gensim's Lee news corpus with lexicon concepts (needs the text extra). With --label: judges "
             "that turn explanation texts into concept labels, their quality against lexicon labels, and the "
-            "crowd study with an LLM judge as the rater (needs the label extra)."
+            "crowd study with an LLM judge as the rater (needs the label extra). With --sae: SAE latents against "
+            "MiniLM's FFN neurons on Wikipedia sentences, three explainers ranked with intervals (the label extra)."
         ),
     )
     mode = p.add_mutually_exclusive_group()
@@ -28,10 +29,15 @@ def add(commands: Any) -> None:
         action="store_true",
         help="the judges demo: explanation texts turned into labels by MiniLM, e5 and SmolLM2 (needs the label extra)",
     )
+    mode.add_argument(
+        "--sae",
+        action="store_true",
+        help="the SAE study: a TopK SAE trained on MiniLM, its latents against the FFN neurons, explainers compared",
+    )
     p.add_argument(
         "--out",
         metavar="DIR",
-        help="output directory (default: demo-out; demo-text-out, demo-label-out with --text, --label)",
+        help="output directory (default: demo-out; demo-text-out, demo-label-out, demo-sae-out with --text, --label, --sae)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of everything (default: 0)")
     p.set_defaults(command=run)
@@ -41,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
     argv = ["--seed", str(args.seed)]
     if args.out is not None:
         argv += ["--out", args.out]
+    if args.sae:
+        from neuroneval.experiments import sae_study
+
+        return sae_study.main(argv)
     if args.label:
         from neuroneval.experiments import labels
 

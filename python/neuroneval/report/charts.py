@@ -90,6 +90,33 @@ class RceChart:
     curves: list[Curve] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class IntervalRow:
+    """One explainer: its name, its mean (a dot at x) and its interval (a bar from low to high,
+    None when undefined), on the row at height y."""
+
+    name: Label
+    y: float
+    x: float | None
+    low: float | None
+    high: float | None
+    colour: str
+    title: str
+
+
+@dataclass(frozen=True)
+class IntervalChart:
+    """Each explainer's mean under one metric with its interval bar, one row per explainer."""
+
+    width: int
+    height: int
+    summary: str
+    axis: Line
+    ticks: list[Label]
+    zero: Line | None
+    rows: list[IntervalRow]
+
+
 def configuration(sampling: str, aggregation: str) -> str:
     """A crowd configuration's name, e.g. ``MG-IS + BRAgg`` (`neuroneval.crowd.configuration_name`)."""
     from neuroneval.crowd import configuration_name
@@ -202,6 +229,69 @@ def rce_chart(rce: pl.DataFrame, target: float | None) -> RceChart | None:
         )
     axes = [Line(left, top + ph, left + pw, top + ph, "axis"), Line(left, top, left, top + ph, "axis")]
     return RceChart(w, h, axes, labels, target_line, target_label, curves)
+
+
+def interval_chart(
+    metric: str, rows: list[tuple[str, float, float, float, bool]], confidence: float
+) -> IntervalChart | None:
+    """The means of `rows` (name, mean, interval low, interval high, is a baseline), in their
+    order, with interval bars on an axis spanning the data (padded; within the metric's range
+    when it has one); baselines grey. None when no mean is defined."""
+    defined = [r for r in rows if math.isfinite(r[1])]
+    if not defined:
+        return None
+    row_h, left, right, top, bottom = 22, 150, 24, 8, 22
+    w = 640
+    h = top + bottom + row_h * len(rows)
+    pw = w - left - right
+    ends = [v for r in defined for v in r[1:4] if math.isfinite(v)]
+    lo, hi = min(ends), max(ends)
+    pad = 0.08 * (hi - lo) or 0.05 * max(abs(lo), 1.0)
+    lo, hi = lo - pad, hi + pad
+    r = METRICS[metric].value_range
+    if r is not None:
+        lo, hi = max(lo, r[0]), min(hi, r[1])
+        if hi <= lo:
+            lo, hi = r
+
+    def x(v: float) -> float:
+        return left + pw * (min(max(v, lo), hi) - lo) / (hi - lo)
+
+    shown = []
+    level = f"{100 * confidence:g}%"
+    for j, (name, mean, low, high, baseline) in enumerate(rows):
+        y = top + row_h * j + row_h / 2
+        colour = "#9aa3b2" if baseline else _COLOURS[0]
+        interval = math.isfinite(low) and math.isfinite(high)
+        text = f"{name}: mean {mean:.3f}" + (f", {level} interval [{low:.3f}, {high:.3f}]" if interval else "")
+        if not math.isfinite(mean):
+            text = f"{name}: no defined value"
+        shown.append(
+            IntervalRow(
+                name=Label(left - 8, y + 3.5, name if len(name) <= 24 else name[:23] + "\u2026", "end"),
+                y=y,
+                x=x(mean) if math.isfinite(mean) else None,
+                low=x(low) if interval else None,
+                high=x(high) if interval else None,
+                colour=colour,
+                title=text,
+            )
+        )
+    base = top + row_h * len(rows)
+    ticks = [
+        Label(x(t), base + 15, f"{t:.3g}", anchor)
+        for t, anchor in ((lo, "start"), ((lo + hi) / 2, "middle"), (hi, "end"))
+    ]
+    zero = Line(x(0.0), top, x(0.0), base, "zero") if lo < 0 < hi else None
+    return IntervalChart(
+        width=w,
+        height=h,
+        summary=f"{metric}: each explainer's mean over units with its {level} bootstrap interval",
+        axis=Line(left, base + 0.5, w - right, base + 0.5, "axis"),
+        ticks=ticks,
+        zero=zero,
+        rows=shown,
+    )
 
 
 def png_uri(image: npt.NDArray[Any]) -> str:

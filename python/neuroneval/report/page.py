@@ -21,8 +21,8 @@ from neuroneval import METRICS, PASSING_METRICS, __version__
 from neuroneval.errors import ParameterError, SourceError
 from neuroneval.files import write_atomic
 
-from .charts import Histogram, configuration, histogram, png_uri, rce_chart
-from .read import _SANITY_COLUMNS, INPUTS_PER_UNIT, SCORES, TOP_INPUTS, Crowd, Inputs, Results, read_results
+from .charts import Histogram, configuration, histogram, interval_chart, png_uri, rce_chart
+from .read import _SANITY_COLUMNS, INPUTS_PER_UNIT, SCORES, TOP_INPUTS, Compared, Crowd, Inputs, Results, read_results
 
 #: Units listed per layer; a larger layer lists its best-explained units, with a note.
 MAX_UNITS = 100
@@ -226,7 +226,7 @@ class _Page:
         self.tops = None if tops is None else tops.filter(pl.col("rank") < inputs_per_unit)
         self.max_units = max_units
         self.shown = [m for m in TRUSTWORTHY if m in self.metrics] or list(self.metrics)
-        self.best_metric = "correlation" if "correlation" in self.metrics else self.metrics[0]
+        self.best_metric = "correlation" if "correlation" in self.metrics or not self.metrics else self.metrics[0]
         sanity = self.sanity
         self.passing_here: set[str] = (
             set() if sanity is None else set(sanity.filter(pl.col("passes").fill_null(False))["metric"].to_list())
@@ -237,11 +237,20 @@ class _Page:
         """The template's values, each part built (and checked) in page order."""
         name = self.directory.resolve().name
         title = self.info.get("title") or f"neuroneval report: {name}"
-        n_units = self.scores.select(pl.struct("layer", "unit").n_unique()).item()
-        parts = self.scores.partition_by("layer", maintain_order=True)
-        description = self.info.get("description") or (
-            f"Scores of explanations (concepts) of {n_units:,} units in {_counted(len(parts), 'layer')}."
-        )
+        compared = self.results.comparison
+        scores = self.scores
+        if scores is None:  # a comparison's directory: no scores.parquet
+            scores = pl.DataFrame(schema={"layer": pl.String, "unit": pl.String, "concept": pl.String})
+        n_units = scores.select(pl.struct("layer", "unit").n_unique()).item() if scores.height else 0
+        parts = scores.partition_by("layer", maintain_order=True) if scores.height else []
+        if self.scores is None and compared is not None:
+            default = (
+                f"A comparison of {_counted(len(compared.explainers), 'explainer')} of {compared.n_units:,} units "
+                f"over {compared.n_inputs:,} inputs."
+            )
+        else:
+            default = f"Scores of explanations (concepts) of {n_units:,} units in {_counted(len(parts), 'layer')}."
+        description = self.info.get("description") or default
         layers = [self._layer(i, str(part["layer"][0]), part.with_row_index("_row")) for i, part in enumerate(parts)]
         return {
             "title": title,
@@ -251,11 +260,12 @@ class _Page:
             "n_metrics_known": len(METRICS),
             "trustworthy": [_metric_label(m) for m in TRUSTWORTHY],
             "trusted": [_metric_label(m) for m in TRUSTWORTHY if m in self.metrics],
+            "has_scores": self.scores is not None,
             "n_units": n_units,
-            "n_concepts": self.scores["concept"].n_unique(),
-            "n_pairs": self.scores.height,
+            "n_concepts": scores["concept"].n_unique(),
+            "n_pairs": scores.height,
             "n_metrics": len(self.metrics),
-            "n_nan": sum(int(self.scores[m].is_nan().sum()) for m in self.metrics),
+            "n_nan": sum(int(scores[m].is_nan().sum()) for m in self.metrics),
             "definitions": [
                 {"metric": m, "description": METRICS[m].description, "range": _range(m)} for m in self.shown
             ],
@@ -265,6 +275,7 @@ class _Page:
             "failing": self.tested - self.passing_here,
             "sanity": self._sanity(),
             "crowd": None if self.results.crowd is None else self._crowd(self.results.crowd),
+            "comparison": None if compared is None else self._comparison(compared),
             "pass_level": _PASS_LEVEL,
             "scores_file": SCORES,
             "tops_file": TOP_INPUTS,
@@ -397,6 +408,52 @@ class _Page:
             "rows": rows,
             "image": image,
             "chart": None if image is not None else rce_chart(crowd.rce, crowd.target),
+        }
+
+    def _comparison(self, c: Compared) -> dict[str, Any]:
+        """Per metric: the chart and the ranking (best mean first), and the paired differences."""
+        coverage = c.summary.select(
+            "explainer", "baseline", "units_explained", "units_unexplained", "units_dead", "pairs_with_nan"
+        ).to_dicts()
+        blocks = []
+        for m in c.metrics:
+            ordered = c.summary.sort(f"{m}_rank")
+            rows = [
+                {
+                    "rank": r[f"{m}_rank"],
+                    "explainer": r["explainer"],
+                    "baseline": r["baseline"],
+                    "n": r[f"{m}_n"],
+                    "nan": r[f"{m}_nan"],
+                    "mean": r[f"{m}_mean"],
+                    "median": r[f"{m}_median"],
+                    "low": r[f"{m}_ci_low"],
+                    "high": r[f"{m}_ci_high"],
+                }
+                for r in ordered.iter_rows(named=True)
+            ]
+            chart_rows = [(r["explainer"], r["mean"], r["low"], r["high"], r["baseline"]) for r in rows]
+            blocks.append(
+                {
+                    "metric": m,
+                    "label": _metric_label(m),
+                    "anchor": "compare-" + re.sub(r"[^A-Za-z0-9_-]+", "-", m),
+                    "rows": rows,
+                    "chart": interval_chart(m, chart_rows, c.confidence),
+                    "differences": c.differences.filter(pl.col("metric") == m).to_dicts(),
+                }
+            )
+        return {
+            "explainers": c.explainers,
+            "baselines": [{"name": k, "definition": v} for k, v in c.baselines.items()],
+            "level": f"{100 * c.confidence:g}%",
+            "n_boot": c.n_boot,
+            "n_units": c.n_units,
+            "n_inputs": c.n_inputs,
+            "dead_units": c.dead_units,
+            "coverage": coverage,
+            "blocks": blocks,
+            "location": "" if c.directory == self.directory else c.directory.name + "/",
         }
 
 

@@ -16,6 +16,7 @@ import numpy.typing as npt
 import polars as pl
 
 from neuroneval import METRICS
+from neuroneval.compare import COMPARISON_FILES, COMPARISON_FORMAT
 from neuroneval.errors import EmptyInputError, ParameterError, SourceError
 
 #: Top-activating inputs shown per unit.
@@ -56,17 +57,37 @@ class Crowd:
 
 
 @dataclass
-class Results:
-    """Everything a results directory holds, each optional part None when absent."""
+class Compared:
+    """A comparison of explainers (``neuroneval compare --out``, `Comparison.write`): its
+    settings (comparison.json), summary and differences, read from `directory`."""
 
     directory: Path
-    scores: pl.DataFrame  # layer, unit, concept (strings) and the metric columns (floats)
+    metrics: list[str]
+    explainers: list[str]
+    baselines: dict[str, str]
+    confidence: float
+    n_boot: int
+    n_units: int
+    n_inputs: int
+    dead_units: int
+    summary: pl.DataFrame
+    differences: pl.DataFrame
+
+
+@dataclass
+class Results:
+    """Everything a results directory holds, each optional part None when absent (the scores
+    too, in a directory that holds a comparison)."""
+
+    directory: Path
+    scores: pl.DataFrame | None  # layer, unit, concept (strings) and the metric columns (floats)
     metrics: list[str]
     info: dict[str, Any]
     sanity: pl.DataFrame | None
     crowd: Crowd | None
     inputs: Inputs | None
     tops: pl.DataFrame | None
+    comparison: Compared | None = None
 
 
 def read_results(results_dir: str | os.PathLike[str]) -> Results:
@@ -76,7 +97,11 @@ def read_results(results_dir: str | os.PathLike[str]) -> Results:
         raise SourceError(f"results directory {directory} does not exist")
     if not directory.is_dir():
         raise ParameterError(f"{directory} is a file; expected a results directory (holding {SCORES})")
-    scores, metrics = _read_scores(directory)
+    comparison = _read_comparison(directory)
+    scores: pl.DataFrame | None = None
+    metrics: list[str] = []
+    if comparison is None or (directory / SCORES).is_file():
+        scores, metrics = _read_scores(directory)
     info = _read_info(directory)
     return Results(
         directory=directory,
@@ -87,6 +112,7 @@ def read_results(results_dir: str | os.PathLike[str]) -> Results:
         crowd=_read_crowd(directory, info.get("crowd_target")),
         inputs=_read_inputs(directory),
         tops=_read_top_inputs(directory),
+        comparison=comparison,
     )
 
 
@@ -141,8 +167,8 @@ def _read_scores(directory: Path) -> tuple[pl.DataFrame, list[str]]:
     path = directory / SCORES
     if not path.is_file():
         raise SourceError(
-            f"{directory} has no {SCORES}, so it is not a results directory "
-            "(neuroneval score --out or neuroneval demo --out writes one)"
+            f"{directory} has no {SCORES} (nor a comparison's {COMPARISON_FILES['config']}), so it is not a "
+            "results directory (neuroneval score --out, demo --out or compare --out writes one)"
         )
     df = _read_parquet(path)
     missing = [c for c in ("unit", "concept") if c not in df.columns]
@@ -264,4 +290,72 @@ def _read_top_inputs(directory: Path) -> pl.DataFrame | None:
         pl.col("rank").cast(pl.Int64),
         pl.col("input").cast(pl.Int64),
         pl.col("activation").cast(pl.Float64),
+    )
+
+
+def _read_comparison(directory: Path) -> Compared | None:
+    """The comparison in `directory` itself or in its ``compare/``: None without comparison.json."""
+    where = next((d for d in (directory, directory / "compare") if (d / COMPARISON_FILES["config"]).is_file()), None)
+    if where is None:
+        return None
+    path = where / COMPARISON_FILES["config"]
+    config = _read_json(path)
+    if not isinstance(config, dict) or config.get("format") != COMPARISON_FORMAT:
+        raise SourceError(f"{path} is not a comparison's settings (its 'format' must be {COMPARISON_FORMAT!r})")
+
+    def field(key: str, ok: Any, expected: str) -> Any:
+        value = config.get(key)
+        if not ok(value):
+            raise SourceError(f"{path}: {key!r} must be {expected}; it holds {value!r}")
+        return value
+
+    def strings(v: Any) -> bool:
+        return isinstance(v, list) and bool(v) and all(isinstance(x, str) for x in v)
+
+    def count(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    metrics = field("metrics", lambda v: strings(v) and all(m in METRICS for m in v), "a list of metric names")
+    explainers = field("explainers", strings, "a list of explainer names")
+    baselines = field(
+        "baselines",
+        lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
+        "an object of baseline definitions",
+    )
+    confidence = field("confidence", lambda v: isinstance(v, float) and 0 < v < 1, "a number in (0, 1)")
+    n_boot, n_units, n_inputs = (field(k, count, "a non-negative integer") for k in ("n_boot", "n_units", "n_inputs"))
+    dead = field("dead_units", lambda v: isinstance(v, list) and all(count(x) for x in v), "a list of unit indices")
+    per_metric = {"n": pl.Int64, "nan": pl.Int64, "rank": pl.Int64} | dict.fromkeys(
+        ("mean", "median", "ci_low", "ci_high"), pl.Float64
+    )
+    summary_schema = {
+        "explainer": pl.String,
+        "baseline": pl.Boolean,
+        **dict.fromkeys(
+            ("units_total", "units_explained", "units_unexplained", "units_dead", "pairs_with_nan"), pl.Int64
+        ),
+        **{f"{m}_{k}": t for m in metrics for k, t in per_metric.items()},
+    }
+    difference_schema = {
+        "explainer_a": pl.String,
+        "explainer_b": pl.String,
+        "metric": pl.String,
+        "n_units": pl.Int64,
+        **dict.fromkeys(("mean_difference", "ci_low", "ci_high", "win_rate", "tie_rate"), pl.Float64),
+    }
+    tables = []
+    for name, schema in (("summary", summary_schema), ("differences", difference_schema)):
+        table_path = where / COMPARISON_FILES[name]
+        if not table_path.is_file():
+            raise SourceError(f"{table_path} is missing (the comparison's {path.name} names it)")
+        table = _read_csv(table_path, schema)
+        missing = [c for c in schema if c not in table.columns]
+        if missing:
+            raise SourceError(f"{table_path} lacks the columns {', '.join(missing)}")
+        tables.append(table.select(list(schema)))
+    summary, differences = tables
+    if sorted(summary["explainer"].to_list()) != sorted(explainers):
+        raise SourceError(f"{where / COMPARISON_FILES['summary']} does not list the explainers of {path}")
+    return Compared(
+        where, metrics, explainers, baselines, confidence, n_boot, n_units, n_inputs, len(dead), summary, differences
     )

@@ -2,12 +2,14 @@
 
 `capture` returns a few layers' activations in memory; `extract` writes any number of them, at
 any scale, into shard directories that `neuroneval.evaluate` reads (resumable, with row ids
-for tokens and spatial positions, dense or sparse SAE latents).
+for tokens and spatial positions, dense or sparse SAE latents); `sae_module` turns a
+`neuroneval.interop.sae.SparseAutoencoder` (SAELens or sparsify weights) into the encoder
+module `extract` applies.
 
 `import neuroneval` never imports torch; this tool (and the experiments) do.
 Its modules: `capture` (in memory), `extract` (the run: batches, resuming, the writer thread),
 `hooks` (forward hooks and the reductions of a layer's output), `store` (the shard
-directories: writing them, and `ActivationStore` reading them back).
+directories: writing them, and `ActivationStore` reading them back), `sae` (SAE encoders).
 
 Examples
 --------
@@ -25,7 +27,8 @@ from __future__ import annotations
 
 from .capture import Reduce, capture
 from .extract import SHARD_BYTES, SPARSE_ZEROS, extract
+from .sae import sae_module
 from .store import EXTRACT_FILE, ROWS_FILE, ActivationStore, StoredLayer
 
-__all__ = ["ActivationStore", "StoredLayer", "capture", "extract"]
+__all__ = ["ActivationStore", "StoredLayer", "capture", "extract", "sae_module"]
 __all__ += ["EXTRACT_FILE", "ROWS_FILE", "SHARD_BYTES", "SPARSE_ZEROS", "Reduce"]

@@ -26,9 +26,11 @@ import torch
 
 from neuroneval.errors import EmptyInputError, ParameterError, ResumeError, ShapeError
 from neuroneval.files import output_lock, writing
+from neuroneval.interop.sae import SparseAutoencoder
 from neuroneval.progress import Progress
 
 from .hooks import _as_call, _layer_name, _LayerRun, _raw_size, _resolve_layers
+from .sae import sae_module
 from .store import (
     _EXTRACT_FORMAT,
     _FIELDS,
@@ -62,7 +64,7 @@ def extract(
     reduce: str | Mapping[Any, str] = "mean",
     dtype: str | torch.dtype = "float16",
     batch_size: int | None = None,
-    sae: Callable[[torch.Tensor], torch.Tensor] | Mapping[Any, Any] | None = None,
+    sae: Callable[[torch.Tensor], torch.Tensor] | SparseAutoencoder | Mapping[Any, Any] | None = None,
     autocast: bool = False,
     resume: bool = True,
     progress: bool = True,
@@ -121,12 +123,14 @@ def extract(
     batch_size : int, optional
         Inputs per forward pass when `data` is a tensor (default 256); a DataLoader or an
         iterable sets its own batches, so it must be None then.
-    sae : callable or dict of layer to callable, optional
+    sae : callable, SparseAutoencoder, or dict of layer to them, optional
         An encoder (e.g. an SAE's ``Linear + ReLU`` as a module) applied to the reduced rows
         of a layer (all layers, or those in the dict); its (rows, latents) output is stored
-        instead. When more than 90% of its first computed batch is zero, the layer is stored
-        as sparse ``(row, unit, value)`` triplet shards. A module is moved to the device and
-        put in eval mode for the run (both restored afterwards).
+        instead. A `neuroneval.interop.sae.SparseAutoencoder` (SAELens or sparsify weights,
+        `read_saelens` / `read_sparsify`) is applied as `sae_module` makes it, which computes
+        what its ``encode`` computes. When more than 90% of its first computed batch is zero,
+        the layer is stored as sparse ``(row, unit, value)`` triplet shards. A module is moved
+        to the device and put in eval mode for the run (both restored afterwards).
     autocast : bool
         Run the model under ``torch.autocast`` (float16) on CUDA; ignored on the CPU.
     resume : bool
@@ -459,7 +463,11 @@ class _Extraction:
         self.dtype = _store_dtype(dtype)
         self.batch_size = _positive("batch_size", batch_size)
         self.shard_rows = _positive("shard_rows", shard_rows)
-        self.sae = _per_layer(sae, self.names, model, "sae", None, lambda v: v is None or callable(v))
+        self.sae = _per_layer(
+            sae, self.names, model, "sae", None, lambda v: v is None or callable(v) or isinstance(v, SparseAutoencoder)
+        )
+        # A SparseAutoencoder runs as its encoder module, whose state dict the fingerprint reads.
+        self.sae = {n: sae_module(s) if isinstance(s, SparseAutoencoder) else s for n, s in self.sae.items()}
         for name, s in self.sae.items():
             if s is not None and not callable(s):
                 raise ParameterError(f"the sae of layer {name!r} must be callable; got {s!r}")

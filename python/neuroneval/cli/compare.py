@@ -1,0 +1,167 @@
+"""`neuroneval compare`: which explainer explains the units better, with bootstrap intervals
+(`neuroneval.compare`)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from neuroneval import compare as comparison
+from neuroneval import label as judges
+from neuroneval.params import DEFAULT_ALPHA
+
+from .common import (
+    Excludes,
+    Needs,
+    add_activations,
+    add_threads,
+    align,
+    count,
+    names_list,
+    non_negative_int,
+    open_fraction,
+    output_dir,
+    positive_int,
+    threads,
+)
+from .label import _add_judge_options, _cache, _judge
+
+RULES = (
+    Needs((), ("--concepts", "--judge"), "give the concepts (--concepts FILE) or a judge to make them (--judge NAME)"),
+    Excludes("--concepts", (("--judge", "--concepts and --judge exclude each other: give one source of concepts"),)),
+    Needs(("--judge",), ("--inputs",), "--judge needs --inputs FILE, the probing inputs it judges"),
+    Needs(("--inputs",), ("--judge",), "--inputs is for --judge (with --concepts, the concepts are given)"),
+)
+
+
+def add(commands: Any) -> None:
+    p: argparse.ArgumentParser = commands.add_parser(
+        "compare",
+        help="compare explainers: which explains the units better, with bootstrap intervals",
+        description=(
+            "Score each explainer's explanation of each unit (one concept column per explanation row, from "
+            "--concepts or labelled by --judge), then print per metric the explainers ranked by their mean over "
+            "units with a bootstrap interval, against a random and a shuffled baseline, and the paired "
+            "differences between explainers under the first metric; write the tables, the settings and a "
+            "SAEBench-shaped JSON into --out (see docs/compare.md)."
+        ),
+        rules=RULES,
+    )
+    add_activations(p)
+    p.add_argument(
+        "explanations",
+        metavar="EXPLANATIONS",
+        help="a .csv/.parquet/.jsonl table with the columns unit (an index or a name), explainer, explanation",
+    )
+    p.add_argument(
+        "--concepts",
+        metavar="CONCEPTS",
+        help="inputs x explanation rows (column e for row e): a .npy file, a shard directory, a .npz sparse "
+        "matrix, or a .parquet/.csv (input, concept, probability) table naming each row's concept",
+    )
+    p.add_argument("--unit-names", metavar="FILE", help="the units' names, one per line (for a unit column of names)")
+    p.add_argument(
+        "--metrics",
+        type=names_list,
+        default=list(comparison.DEFAULT_METRICS),
+        metavar="LIST",
+        help=f"comma-separated metric names (default {','.join(comparison.DEFAULT_METRICS)}); the first leads",
+    )
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=DEFAULT_ALPHA,
+        help=f"top-alpha fraction of the binary metrics, in (0, 1] (default {DEFAULT_ALPHA})",
+    )
+    p.add_argument(
+        "--n-boot", type=non_negative_int, default=1000, metavar="B", help="bootstrap resamples (default 1000)"
+    )
+    p.add_argument(
+        "--confidence", type=open_fraction, default=0.95, metavar="LEVEL", help="interval level (default 0.95)"
+    )
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seeds every draw (default 0)")
+    p.add_argument("--no-baselines", action="store_true", help="leave out the random and shuffled baselines")
+    p.add_argument("--out", required=True, type=output_dir, metavar="DIR", help="the directory to write into")
+    # Instead of --concepts: label each explanation with a judge (neuroneval label's options).
+    _add_judge_options(p, default="")
+    p.set_defaults(judge=None)  # optional here: --concepts is the other source of concepts
+    p.add_argument("--inputs", metavar="FILE", help="with --judge: the probing inputs, as INPUTS of `label`")
+    p.add_argument("--column", default="text", help="with --judge: the inputs table's text column (default text)")
+    p.add_argument("--cache", metavar="FILE", help="with --judge: the judgement cache (as for `label`)")
+    p.add_argument("--no-cache", action="store_true", help="with --judge: judge every pair, store nothing")
+    p.add_argument(
+        "--batch-size", type=positive_int, default=32, metavar="N", help="with --judge: inputs per model call"
+    )
+    add_threads(p)
+    p.add_argument("--quiet", action="store_true", help="print nothing on success")
+    p.set_defaults(command=run)
+
+
+def _judged_concepts(args: argparse.Namespace, table: pl.DataFrame) -> np.ndarray:
+    """Each explanation row's concept, labelled by the judge: each distinct text judged once."""
+    judge = _judge(args)
+    inputs = judges.read_inputs(args.inputs, column=args.column)
+    texts = table["explanation"].to_list()
+    distinct = list(dict.fromkeys(texts))
+    named = pl.DataFrame({"concept": [str(i) for i in range(len(distinct))], "explanation": distinct})
+    labels = judges.label(judge, inputs, named, cache=_cache(args), batch_size=args.batch_size, progress=not args.quiet)
+    column = {text: i for i, text in enumerate(distinct)}
+    if not args.quiet:
+        print(f"{judge.name}: {labels.stats.summary()}", flush=True)
+    return np.ascontiguousarray(labels.probabilities[:, [column[t] for t in texts]])
+
+
+def run(args: argparse.Namespace) -> int:
+    table = comparison.explanation_table(args.explanations)
+    with threads(args.threads):
+        concepts: Any = args.concepts if args.judge is None else _judged_concepts(args, table)
+        result = comparison.compare(
+            args.activations,
+            table,
+            concepts,
+            metrics=args.metrics,
+            alpha=args.alpha,
+            unit_names=args.unit_names,
+            baselines=not args.no_baselines,
+            n_boot=args.n_boot,
+            confidence=args.confidence,
+            seed=args.seed,
+        )
+    written = result.write(args.out)
+    if not args.quiet:
+        print("\n\n".join(result.ranking(m) for m in result.metrics), flush=True)
+        print(f"\n{differences_text(result, result.metrics[0])}", flush=True)
+        print(f"\nwrote {', '.join(p.name for p in written)} to {args.out}", flush=True)
+    return 0
+
+
+def differences_text(result: comparison.Comparison, metric: str) -> str:
+    """The paired differences of every two explainers under `metric`, as aligned text."""
+    s = result.settings
+    rows = []
+    for d in result.differences.filter(pl.col("metric") == metric).iter_rows(named=True):
+        low, high = d["ci_low"], d["ci_high"]
+        rows.append(
+            [
+                f"{d['explainer_a']} - {d['explainer_b']}",
+                f"{d['n_units']:,}",
+                _number(d["mean_difference"]),
+                "-" if math.isnan(low) else f"[{_number(low)}, {_number(high)}]",
+                _number(d["win_rate"]),
+                _number(d["tie_rate"]),
+            ]
+        )
+    head = ["A - B", "units", "mean", f"{100 * s['confidence']:g}% interval", "A wins", "ties"]
+    title = (
+        f"{metric}: paired differences over the units both explain ({count(s['n_boot'], 'resample')}; "
+        "A wins: share of units where A > B, ties counted half)"
+    )
+    return title + "\n" + align(head, rows, left=1)
+
+
+def _number(v: float) -> str:
+    return "NaN" if math.isnan(v) else f"{v:.3f}"

