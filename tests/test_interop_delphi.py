@@ -329,3 +329,81 @@ def test_bad_score_files_are_named(tmp_path: Path) -> None:
     (tmp_path / "detection" / "m_latent0.txt").write_text("[{")
     with pytest.raises(SourceError, match="not valid JSON"):
         read_delphi_scores(tmp_path)
+
+
+# --------------------------------------------------------------------------- where users use them
+
+
+def test_the_cli_reads_delphi_and_neuronpedia_files_directly(
+    cache_dir: tuple[Path, np.ndarray, np.ndarray], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """`neuroneval score` and `neuroneval compare` take a delphi cache directory as ACTIVATIONS
+    and a delphi explanations directory or a Neuronpedia export as EXPLANATIONS: the results
+    equal those of the arrays read by hand."""
+    import gzip
+
+    from cli_helpers import run
+    from neuroneval.compare import compare
+
+    d, acts, _ = cache_dir
+    rng = np.random.default_rng(11)
+    units = [2, 5, 7, 11, 13, 19]
+    concepts = np.column_stack([np.clip((acts[:, u] > 0) + 0.3 * rng.normal(size=acts.shape[0]), 0, 1) for u in units])
+    np.save(tmp_path / "concepts.npy", concepts)
+    explained = tmp_path / "run" / "explanations"
+    explained.mkdir(parents=True)
+    for u in units:
+        (explained / f"layers.3.mlp_latent{u}.txt").write_text(json.dumps(f"latent {u}"))
+    expected = compare(
+        acts, read_delphi_explanations(explained).select("unit", "explainer", "explanation"), concepts, n_boot=50
+    )
+    out = tmp_path / "cmp"
+    code, stdout, err = run(
+        ["compare", d, explained, "--concepts", tmp_path / "concepts.npy", "--n-boot", "50", "--out", out], capfd
+    )
+    assert code == 0, err
+    assert "run/explanations" in stdout
+    got = pl.read_csv(out / "summary.csv")
+    assert got["correlation_mean"].to_list() == pytest.approx(expected.summary["correlation_mean"].to_list(), rel=1e-12)
+    # a Neuronpedia export of the same explanations, by two explainers
+    export = tmp_path / "np" / "explanations"
+    export.mkdir(parents=True)
+    rows = [
+        {
+            "modelId": "m",
+            "layer": "3-mlp",
+            "index": str(u),
+            "description": f"latent {u}",
+            "typeName": t,
+            "explanationModelName": "x",
+        }
+        for t in ("a", "b")
+        for u in units
+    ]
+    with gzip.open(export / "batch-0.jsonl.gz", "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    both = np.hstack([concepts, concepts[::-1]])
+    np.save(tmp_path / "both.npy", both)
+    code, stdout, err = run(
+        [
+            "compare",
+            d,
+            tmp_path / "np",
+            "--concepts",
+            tmp_path / "both.npy",
+            "--n-boot",
+            "50",
+            "--out",
+            tmp_path / "c2",
+        ],
+        capfd,
+    )
+    assert code == 0, err
+    assert "a:x" in stdout and "b:x" in stdout
+    code, _, err = run(
+        ["score", d, tmp_path / "concepts.npy", "--metrics", "correlation", "--out", tmp_path / "s.parquet"], capfd
+    )
+    assert code == 0, err
+    table = pl.read_parquet(tmp_path / "s.parquet")
+    dense = neuroneval.compute(acts.astype(np.float64), concepts, ["correlation"])["correlation"]
+    assert table["correlation"].to_numpy() == pytest.approx(dense.ravel(), rel=1e-12, nan_ok=True)

@@ -8,6 +8,8 @@ Activations (N inputs x K units):
 - a numpy array or torch tensor (float16/bfloat16/float32/float64, any strides);
 - a path to a `.npy` file, opened as a memory map (float16, float32, float64);
 - a path to a `.npz` file holding a `scipy.sparse` matrix (`scipy.sparse.save_npz`);
+- a path to a delphi latent cache (a hookpoint directory of ``{start}_{end}.safetensors``
+  splits, `neuroneval.interop.read_delphi_cache`), read as a sparse source;
 - a path to a shard directory: row shards that stack along N, described by `manifest.json`,
   either dense `.npy` shards (`write_shards`) or sparse `(row, unit, value)` triplets, one
   `.npz` per shard with arrays `row` (the input, counted over all shards), `unit` (or
@@ -551,6 +553,10 @@ def _open(x: Any, what: str) -> Source:
     if isinstance(x, (str, os.PathLike)):
         path = Path(x)
         if path.is_dir():
+            if not (path / MANIFEST).exists() and any(path.glob("*_*.safetensors")):
+                from .interop.delphi import read_delphi_cache  # a delphi latent cache's hookpoint directory
+
+                return read_delphi_cache(path).activations
             return _open_shards(path, what)
         input_file(path, f"{what} file")
         if path.suffix == ".npy":

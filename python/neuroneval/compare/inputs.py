@@ -27,9 +27,28 @@ _TABLE_READERS = {
 }
 
 
+def _ecosystem_export(path: Path) -> bool:
+    """A delphi explanations directory or a Neuronpedia export (directory or batch file)."""
+    if path.is_file():
+        return path.name.endswith(".jsonl.gz")
+    return path.is_dir() and (
+        any(path.glob("*_latent*.txt")) or any(path.glob("batch-*.jsonl.gz")) or any(path.glob("explanations/batch-*.jsonl.gz"))
+    )
+
+
+def _read_export(path: Path) -> pl.DataFrame:
+    from ..interop import read_delphi_explanations, read_neuronpedia_explanations
+
+    if path.is_dir() and any(path.glob("*_latent*.txt")):
+        return read_delphi_explanations(path)
+    return read_neuronpedia_explanations(path)
+
+
 def explanation_table(explanations: Any) -> pl.DataFrame:
     """The explanations table that `compare` reads, checked: a polars DataFrame (or anything it
-    takes), or a .csv (every column read as text), .parquet or .jsonl file, with the columns
+    takes), a delphi explanations directory (`neuroneval.interop.read_delphi_explanations`), a
+    Neuronpedia export (`neuroneval.interop.read_neuronpedia_explanations`), or a .csv (every
+    column read as text), .parquet or .jsonl file, with the columns
     `unit`, `explainer` (text; integers are written as text) and `explanation` (non-empty text),
     none of them missing a value; other columns are kept.
 
@@ -40,7 +59,9 @@ def explanation_table(explanations: Any) -> pl.DataFrame:
     ...
     neuroneval.errors.SourceError: explanation row 1 has an empty explanation
     """
-    if isinstance(explanations, (str, os.PathLike)):
+    if isinstance(explanations, (str, os.PathLike)) and _ecosystem_export(Path(explanations)):
+        table = _read_export(Path(explanations))
+    elif isinstance(explanations, (str, os.PathLike)):
         path = input_file(explanations, "explanations file")
         if path.suffix not in _TABLE_READERS:
             raise SourceError(f"explanations must be a .csv, .parquet or .jsonl table; got {path}")
