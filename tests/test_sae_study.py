@@ -49,14 +49,14 @@ def test_trained_sae_encodes_as_saelens_reads_it(tmp_path: Path) -> None:
 
 
 def test_explainers_on_planted_units() -> None:
-    sentences = [
-        f"The {w} was seen near the river bank today." for w in ("dog", "cat", "car", "bus") for _ in range(30)
-    ]
+    """A unit that fires on exactly its top 5%, the sentences about dogs and cats: the lexicon
+    explainer names the one empath category holding both words."""
+    words = ["dog"] * 10 + ["cat"] * 10 + ["car", "bus", "train", "ship"] * 95
+    sentences = [f"The {w} was seen near the old bank today." for w in words]
     rng = np.random.default_rng(1)
-    animal = np.array([s.split()[1] in ("dog", "cat") for s in sentences], dtype=float)
-    maxima = np.column_stack([animal + 0.1 * rng.random(len(sentences)), rng.random(len(sentences))])
-    lexicon = sae_study.lexicon_explanations(maxima, sentences)
-    assert lexicon[0] == "pet"  # the one empath category that holds both "dog" and "cat"
+    pets = np.array([w in ("dog", "cat") for w in words], dtype=float)
+    maxima = np.column_stack([pets + 0.1 * rng.random(len(words)), rng.random(len(words))])
+    assert sae_study.lexicon_explanations(maxima, sentences)[0] == "pet"
 
 
 def test_a_tiny_run_writes_every_table(tmp_path: Path) -> None:
