@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("empath")
 
+from cli_helpers import run  # noqa: E402
 from neuroneval.experiments import sae_study  # noqa: E402
 from neuroneval.interop import read_saelens, write_saelens  # noqa: E402
 
@@ -59,7 +60,7 @@ def test_explainers_on_planted_units() -> None:
     assert sae_study.lexicon_explanations(maxima, sentences)[0] == "pet"
 
 
-def test_a_tiny_run_writes_every_table(tmp_path: Path) -> None:
+def test_a_tiny_run_writes_every_table(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     size = sae_study.StudySize(
         "tiny", train_sentences=240, explain_sentences=120, probe_sentences=120, n_units=5, epochs=2, n_boot=100
     )
@@ -76,3 +77,12 @@ def test_a_tiny_run_writes_every_table(tmp_path: Path) -> None:
     assert populations.height == 5 and (populations["ci_low"] <= populations["ci_high"]).all()
     assert read_saelens(tmp_path / "sae").architecture == "topk"
     assert json.loads((tmp_path / "summary.json").read_text())["size"]["n_units"] == 5 == summary["size"]["n_units"]
+    # `neuroneval compare` on the files the study leaves prints its ranking, with the same intervals
+    argv = ["compare", tmp_path / "latents-activations.npy", tmp_path / "latents-explanations.csv"]
+    argv += ["--concepts", tmp_path / "latents-concepts.npy", "--n-boot", "100", "--out", tmp_path / "cli"]
+    code, stdout, err = run(argv, capfd)
+    assert code == 0, err
+    assert "95% interval" in stdout and "smollm2" in stdout
+    ours = pl.read_csv(tmp_path / "cli" / "summary.csv").sort("explainer")
+    study = pl.read_csv(tmp_path / "latents" / "summary.csv").sort("explainer")
+    assert ours["correlation_ci_low"].to_list() == pytest.approx(study["correlation_ci_low"].to_list(), rel=1e-12)

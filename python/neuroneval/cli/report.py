@@ -18,12 +18,13 @@ def add(commands: Any) -> None:
         help="write one self-contained HTML page of a results directory",
         description=(
             "Write one HTML page that needs no network of a results directory (scores.parquet, and when "
-            "present sanity/, crowd/, top_inputs.parquet, inputs/, report.json; see neuroneval.report): per "
-            "layer, histograms of the trustworthy metrics and a table of units with their best explanation, "
-            "its scores and their top-activating inputs; the sanity checks and the crowd simulation."
+            "present sanity/, crowd/, comparison.json, top_inputs.parquet, inputs/, report.json; see "
+            "neuroneval.report): per layer, histograms of the trustworthy metrics and a table of units with "
+            "their best explanation, its scores and their top-activating inputs; the sanity checks, the crowd "
+            "simulation, and a comparison of explainers (neuroneval compare --out)."
         ),
     )
-    p.add_argument("results", metavar="RESULTS_DIR", help="the results directory (holding scores.parquet)")
+    p.add_argument("results", metavar="RESULTS_DIR", help="the results directory (holding scores.parquet or comparison.json)")
     p.add_argument(
         "-o",
         "--out",

@@ -30,7 +30,10 @@ A study that runs on this machine from installed wheels only (``neuroneval demo 
    unpaired bootstrap interval over units.
 
 Writes ``DIR/sae_study/``: the SAE (SAELens layout), ``explanations.csv``, the comparisons
-(``neurons/``, ``latents/``: `Comparison.write`), ``populations.csv`` and ``summary.md``.
+(``neurons/``, ``latents/``: `Comparison.write`, which ``neuroneval report`` shows),
+``populations.csv`` and ``summary.json``, and per population the probing activations,
+concepts and explanations that ``neuroneval compare`` reads
+(``neurons-activations.npy``, ``neurons-concepts.npy``, ``neurons-explanations.csv``).
 
 Examples
 --------
@@ -382,6 +385,10 @@ def run(out: Path, size: StudySize = FULL, log: Any = print) -> dict[str, Any]:
         labels = label(judge, probe, [str(t) for t in distinct], progress=False)
         concepts = labels.probabilities[:, inverse]
         acts = per_set["probe"][population][0]
+        # the inputs of `neuroneval compare ACTS EXPLANATIONS --concepts CONCEPTS`, for the command line
+        np.save(out / f"{population}-activations.npy", acts)
+        np.save(out / f"{population}-concepts.npy", concepts)
+        table.select("unit", "explainer", "explanation").write_csv(out / f"{population}-explanations.csv")
         comparison = compare(acts, table.select("unit", "explainer", "explanation"), concepts, n_boot=size.n_boot, seed=size.seed)
         comparison.write(out / population)
         results[population] = comparison

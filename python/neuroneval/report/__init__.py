@@ -13,7 +13,8 @@ read through `importlib.resources` and inlined at render time.
 
 The results directory
 ---------------------
-Everything but ``scores.parquet`` is optional; a part that is absent is left out of the page.
+Everything but ``scores.parquet`` is optional, and so is ``scores.parquet`` in a directory
+holding a comparison; a part that is absent is left out of the page.
 A file that is present but does not follow this contract is an error that names the file.
 
 ``scores.parquet`` (required)
@@ -49,6 +50,12 @@ A file that is present but does not follow this contract is an error that names 
     aggregation, needed``; empty = never; written by ``neuroneval crowd simulate --out``)
     when present, else they are interpolated from ``rce.csv`` as ``Simulation.needed`` does,
     at ``crowd_target`` of ``report.json`` (default 0.275).
+
+``comparison.json`` (or ``compare/comparison.json``)
+    A comparison of explainers as ``neuroneval.compare.Comparison.write`` and ``neuroneval
+    compare --out`` write it, with its ``summary.csv``, ``differences.csv`` and
+    ``pairs.parquet`` beside it: the page ranks the explainers under each metric, with their
+    intervals drawn as bars, and lists the paired differences.
 
 ``top_inputs.parquet``
     Each unit's top-activating inputs, as `top_inputs` returns them: ``layer`` (string),
