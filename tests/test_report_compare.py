@@ -7,78 +7,18 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
 import pytest
 from cli_helpers import run
+from html_tree import Node, parse
 from neuroneval import report
 from neuroneval.compare import COMPARISON_FILES, Comparison, compare
 from neuroneval.errors import SourceError
 
 METRICS = ["correlation", "auprc"]
-
-
-@dataclass
-class Node:
-    tag: str
-    attrs: dict[str, str]
-    children: list[Any] = field(default_factory=list)
-
-    def text(self) -> str:
-        return "".join(c if isinstance(c, str) else c.text() for c in self.children)
-
-    def find_all(self, tag: str, **attrs: str) -> list[Node]:
-        found = []
-        for c in self.children:
-            if isinstance(c, Node):
-                if c.tag == tag and all(c.attrs.get(k.rstrip("_")) == v for k, v in attrs.items()):
-                    found.append(c)
-                found += c.find_all(tag, **attrs)
-        return found
-
-    def find(self, tag: str, **attrs: str) -> Node:
-        hits = self.find_all(tag, **attrs)
-        assert hits, f"no <{tag} {attrs}>"
-        return hits[0]
-
-
-class _Builder(HTMLParser):
-    VOID = {"img", "br", "meta", "input", "hr", "link", "source"}
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.root = Node("#root", {})
-        self.stack = [self.root]
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        node = Node(tag, {k: v or "" for k, v in attrs})
-        self.stack[-1].children.append(node)
-        if tag not in self.VOID:
-            self.stack.append(node)
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.stack[-1].children.append(Node(tag, {k: v or "" for k, v in attrs}))
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag not in self.VOID:
-            assert self.stack[-1].tag == tag, f"</{tag}> closes <{self.stack[-1].tag}>"
-            self.stack.pop()
-
-    def handle_data(self, data: str) -> None:
-        self.stack[-1].children.append(data)
-
-
-def parse(page: str) -> Node:
-    b = _Builder()
-    b.feed(page)
-    b.close()
-    assert b.stack == [b.root], "unclosed elements"
-    return b.root
 
 
 def make_comparison(seed: int = 0) -> Comparison:

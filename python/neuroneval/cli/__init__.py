@@ -69,8 +69,9 @@ writes, or any directory holding a scores.parquet; `neuroneval.report` says what
 The same commands run as `python -m neuroneval score ...` (or `sanity`, `meta`, `crowd`, `compare`, `report`).
 
 Inputs
-    ACTIVATIONS is a `.npy` file, a shard directory (`neuroneval.sources.write_shards`) or a
-    `.npz` file holding a `scipy.sparse` matrix (`scipy.sparse.save_npz`). CONCEPTS takes the
+    ACTIVATIONS is a `.npy` file, a shard directory (`neuroneval.sources.write_shards`), a
+    `.npz` file holding a `scipy.sparse` matrix (`scipy.sparse.save_npz`) or a delphi latent
+    cache's hookpoint directory (`neuroneval.interop.read_delphi_cache`). CONCEPTS takes the
     same forms, plus a `.parquet`/`.csv` table of `(input, concept, probability)` rows.
     `score` reads them in place; `sanity` and `meta` read them into memory (`meta` only the
     activations) and refuse, with one line, matrices that would not fit.

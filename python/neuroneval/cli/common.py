@@ -279,7 +279,7 @@ def add_activations(p: argparse.ArgumentParser, *, optional: bool = False, note:
         "activations",
         nargs="?" if optional else None,
         metavar="ACTIVATIONS",
-        help=f"inputs x units, as for `score` (a .npy file, a shard directory, a .npz sparse matrix){note}",
+        help=f"inputs x units, as for `score` (a .npy file, a shard directory, a .npz sparse matrix, a delphi latent cache directory){note}",
     )
 
 

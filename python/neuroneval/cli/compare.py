@@ -55,7 +55,8 @@ def add(commands: Any) -> None:
     p.add_argument(
         "explanations",
         metavar="EXPLANATIONS",
-        help="a .csv/.parquet/.jsonl table with the columns unit (an index or a name), explainer, explanation",
+        help="a .csv/.parquet/.jsonl table with the columns unit (an index or a name), explainer, explanation; "
+        "or a delphi explanations directory, or a Neuronpedia export (batch-N.jsonl.gz files)",
     )
     p.add_argument(
         "--concepts",
