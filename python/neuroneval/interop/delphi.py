@@ -366,11 +366,14 @@ def _place_entries(
         # A stable sort of 16-bit keys is a radix sort in numpy: split-local latents nearly always fit.
         order = np.argsort(loc[:, 2].astype(np.uint16) if size <= 1 << 16 else latent, kind="stable")
         chunk_counts = np.bincount(latent, minlength=size)
-        sorted_latent = np.repeat(np.arange(size, dtype=np.int64), chunk_counts)
-        first = np.cumsum(chunk_counts) - chunk_counts
-        dest = cursor[sorted_latent] + (np.arange(len(order), dtype=np.int64) - first[sorted_latent])
-        indices[dest] = rows[order]
-        values[dest] = val[order]
+        # entry i of the sorted chunk, the j-th of its latent's group, goes to cursor[latent] + j
+        offset = cursor - (np.cumsum(chunk_counts) - chunk_counts)
+        if (offset == offset[0]).all():  # the chunk is the whole split: one contiguous run
+            at: Any = slice(int(offset[0]), int(offset[0]) + len(order))
+        else:
+            at = np.repeat(offset, chunk_counts) + np.arange(len(order), dtype=np.int64)
+        indices[at] = rows[order]
+        values[at] = val[order]
         cursor += chunk_counts
 
 
