@@ -41,7 +41,7 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,7 @@ __all__ = [
     "read_concept_table",
     "read_manifest",
     "read_names",
+    "register_directory_reader",
     "write_manifest",
     "write_shards",
     "write_triplet_shards",
@@ -547,16 +548,33 @@ def _open_shards(directory: Path, what: str) -> Source:
     raise SourceError(f"{directory / MANIFEST}: unknown layout {manifest['layout']!r} (expected 'dense' or 'triplets')")
 
 
+DirectoryReader = Callable[[Path], "Source | None"]
+_DIRECTORY_READERS: list[DirectoryReader] = []
+
+
+def register_directory_reader(reader: DirectoryReader) -> None:
+    """Let every function that opens sources read another tool's directory layout.
+
+    `reader(path)` returns a `Source` for a directory it recognises and None for any other.
+    Readers are tried in the order they were registered, for directories without a shard
+    manifest, before the shard-directory reader. `neuroneval.interop` registers delphi's
+    latent caches (`neuroneval.interop.read_delphi_cache`).
+    """
+    if reader not in _DIRECTORY_READERS:
+        _DIRECTORY_READERS.append(reader)
+
+
 def _open(x: Any, what: str) -> Source:
     if isinstance(x, Source):
         return x
     if isinstance(x, (str, os.PathLike)):
         path = Path(x)
         if path.is_dir():
-            if not (path / MANIFEST).exists() and any(path.glob("*_*.safetensors")):
-                from .interop.delphi import read_delphi_cache  # a delphi latent cache's hookpoint directory
-
-                return read_delphi_cache(path).activations
+            if not (path / MANIFEST).exists():
+                for reader in _DIRECTORY_READERS:
+                    found = reader(path)
+                    if found is not None:
+                        return found
             return _open_shards(path, what)
         input_file(path, f"{what} file")
         if path.suffix == ".npy":

@@ -53,7 +53,7 @@ import polars as pl
 
 from ..errors import EmptyInputError, ParameterError, ShapeError, SourceError
 from ..files import write_files_atomic
-from ..sources import Source
+from ..sources import Source, register_directory_reader
 
 __all__ = [
     "DelphiCache",
@@ -305,6 +305,16 @@ def read_delphi_cache(
     )
     splits_out = tuple((s.start, s.end) for s in splits)
     return DelphiCache(source, tokens, n_sequences, ctx_len, total_width, splits_out, config, directory)
+
+
+def _cache_directory(path: Path) -> Source | None:
+    """A delphi hookpoint directory as a source, for `neuroneval.sources.open_activations`."""
+    if not any(_SPLIT_NAME.match(p.name) for p in path.iterdir()):
+        return None
+    return read_delphi_cache(path).activations
+
+
+register_directory_reader(_cache_directory)
 
 
 def _numpy_dtype(name: str) -> str:
