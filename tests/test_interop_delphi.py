@@ -382,7 +382,9 @@ def test_the_cli_reads_delphi_and_neuronpedia_files_directly(
     ]
     with gzip.open(export / "batch-0.jsonl.gz", "wt") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
-    both = np.hstack([concepts, concepts[::-1]])
+    # the export's table is sorted by unit, then explainer: a's column is the concept above, b's is noise
+    noise = rng.random(concepts.shape)
+    both = np.column_stack([c for i in range(len(units)) for c in (concepts[:, i], noise[:, i])])
     np.save(tmp_path / "both.npy", both)
     code, stdout, err = run(
         [
@@ -400,6 +402,11 @@ def test_the_cli_reads_delphi_and_neuronpedia_files_directly(
     )
     assert code == 0, err
     assert "a:x" in stdout and "b:x" in stdout
+    by_explainer = dict(
+        pl.read_csv(tmp_path / "c2" / "summary.csv").select("explainer", "correlation_mean").iter_rows()
+    )
+    assert by_explainer["a:x"] == pytest.approx(expected.summary["correlation_mean"][0], rel=1e-12)
+    assert by_explainer["a:x"] > by_explainer["b:x"] + 0.2
     code, _, err = run(
         ["score", d, tmp_path / "concepts.npy", "--metrics", "correlation", "--out", tmp_path / "s.parquet"], capfd
     )
