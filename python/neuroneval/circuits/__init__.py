@@ -1,0 +1,60 @@
+"""MIB's circuit-localization track (SPEC section 7), its scoring side as pure functions.
+
+- `transformer_graph`, `graph_of`: the computational graph of a decoder-only transformer (input,
+  heads with query/key/value inputs, MLPs, logits), `Graph`, from its shape or from a Hugging
+  Face or transformer-lens model;
+- `select_edges` and `prune`: the circuit at a fraction of the edges, dangling parts removed;
+  `select_nodes`, `select_neurons`: node- and neuron-level circuits;
+- `faithfulness`, `cpr`, `cmd`, `mean_faithfulness` at the ten `FRACTIONS`;
+- `weighted_edge_count` with node and neuron masks; `auroc` against a ground-truth circuit.
+
+These take plain arrays; the model side (edge patching, attribution methods, tasks) builds on
+them.
+
+Examples
+--------
+>>> import numpy as np
+>>> from neuroneval.circuits import FRACTIONS, cmd, cpr, select_edges, transformer_graph
+>>> g = transformer_graph(2, 2)
+>>> scores = np.linspace(1.0, 0.0, g.n_edges)
+>>> int(select_edges(g, scores, 0.5).sum()) <= g.n_edges // 2
+True
+>>> round(cmd(FRACTIONS, np.linspace(0.2, 1.0, 10)), 4)
+0.1225
+"""
+
+from __future__ import annotations
+
+from .graph import (
+    INPUT,
+    LOGITS,
+    SUPPORTED_MODEL_TYPES,
+    Graph,
+    graph_of,
+    prune,
+    select_edges,
+    select_neurons,
+    select_nodes,
+    transformer_graph,
+)
+from .scores import FRACTIONS, auroc, cmd, cpr, faithfulness, mean_faithfulness, weighted_edge_count
+
+__all__ = [
+    "FRACTIONS",
+    "INPUT",
+    "LOGITS",
+    "SUPPORTED_MODEL_TYPES",
+    "Graph",
+    "auroc",
+    "cmd",
+    "cpr",
+    "faithfulness",
+    "graph_of",
+    "mean_faithfulness",
+    "prune",
+    "select_edges",
+    "select_neurons",
+    "select_nodes",
+    "transformer_graph",
+    "weighted_edge_count",
+]
