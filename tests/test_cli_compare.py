@@ -14,7 +14,6 @@ import polars as pl
 import pytest
 from cli_helpers import assert_one_line_error, run
 from neuroneval import label
-from neuroneval.cli.compare import differences_text
 from neuroneval.compare import BASELINE_RANDOM, COMPARISON_FILES, compare
 from polars.testing import assert_frame_equal
 
@@ -69,7 +68,7 @@ def test_prints_the_ranking_and_writes_the_files(
         + "\n\n"
         + expected.ranking("auprc")
         + "\n\n"
-        + differences_text(expected, "correlation")
+        + expected.differences_text("correlation")
         + f"\n\nwrote {', '.join(COMPARISON_FILES.values())} to {out}\n"
     )
     assert "lexicon - llm" in stdout and "1 dead unit excluded" in stdout

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
 import numpy as np
@@ -19,8 +18,6 @@ from .common import (
     Needs,
     add_activations,
     add_threads,
-    align,
-    count,
     names_list,
     non_negative_int,
     open_fraction,
@@ -103,17 +100,13 @@ def add(commands: Any) -> None:
 
 
 def _judged_concepts(args: argparse.Namespace, table: pl.DataFrame) -> np.ndarray:
-    """Each explanation row's concept, labelled by the judge: each distinct text judged once."""
     judge = _judge(args)
     inputs = judges.read_inputs(args.inputs, column=args.column)
-    texts = table["explanation"].to_list()
-    distinct = list(dict.fromkeys(texts))
-    named = pl.DataFrame({"concept": [str(i) for i in range(len(distinct))], "explanation": distinct})
-    labels = judges.label(judge, inputs, named, cache=_cache(args), batch_size=args.batch_size, progress=not args.quiet)
-    column = {text: i for i, text in enumerate(distinct)}
+    options = {"cache": _cache(args), "batch_size": args.batch_size, "progress": not args.quiet}
+    concepts, labels = comparison.judged_concepts(judge, inputs, table, **options)
     if not args.quiet:
         print(f"{judge.name}: {labels.stats.summary()}", flush=True)
-    return np.ascontiguousarray(labels.probabilities[:, [column[t] for t in texts]])
+    return concepts
 
 
 def run(args: argparse.Namespace) -> int:
@@ -135,34 +128,6 @@ def run(args: argparse.Namespace) -> int:
     written = result.write(args.out)
     if not args.quiet:
         print("\n\n".join(result.ranking(m) for m in result.metrics), flush=True)
-        print(f"\n{differences_text(result, result.metrics[0])}", flush=True)
+        print(f"\n{result.differences_text(result.metrics[0])}", flush=True)
         print(f"\nwrote {', '.join(p.name for p in written)} to {args.out}", flush=True)
     return 0
-
-
-def differences_text(result: comparison.Comparison, metric: str) -> str:
-    """The paired differences of every two explainers under `metric`, as aligned text."""
-    s = result.settings
-    rows = []
-    for d in result.differences.filter(pl.col("metric") == metric).iter_rows(named=True):
-        low, high = d["ci_low"], d["ci_high"]
-        rows.append(
-            [
-                f"{d['explainer_a']} - {d['explainer_b']}",
-                f"{d['n_units']:,}",
-                _number(d["mean_difference"]),
-                "-" if math.isnan(low) else f"[{_number(low)}, {_number(high)}]",
-                _number(d["win_rate"]),
-                _number(d["tie_rate"]),
-            ]
-        )
-    head = ["A - B", "units", "mean", f"{100 * s['confidence']:g}% interval", "A wins", "ties"]
-    title = (
-        f"{metric}: paired differences over the units both explain ({count(s['n_boot'], 'resample')}; "
-        "A wins: share of units where A > B, ties counted half)"
-    )
-    return title + "\n" + align(head, rows, left=1)
-
-
-def _number(v: float) -> str:
-    return "NaN" if math.isnan(v) else f"{v:.3f}"

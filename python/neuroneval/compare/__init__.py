@@ -49,7 +49,7 @@ Examples
 
 from __future__ import annotations
 
-from .inputs import explanation_table
+from .inputs import explanation_table, judged_concepts
 from .result import COMPARISON_FILES, COMPARISON_FORMAT, EVAL_TYPE_ID, Comparison
 from .run import BASELINE_RANDOM, BASELINE_SHUFFLED, BASELINES, DEFAULT_METRICS, compare
 from .statistics import (
@@ -76,6 +76,7 @@ __all__ = [
     "bootstrap_mean",
     "compare",
     "explanation_table",
+    "judged_concepts",
     "paired_difference",
     "resample_indices",
     "stream_seed",

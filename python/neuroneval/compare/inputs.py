@@ -13,7 +13,7 @@ import polars as pl
 
 from .._coerce import as_table
 from ..errors import EmptyInputError, ShapeError, SourceError
-from ..label.run import Labels
+from ..label.run import Labels, label
 from ..sources import Source, input_file, open_concepts
 from .statistics import BLOCK, IntArray
 
@@ -32,7 +32,9 @@ def _ecosystem_export(path: Path) -> bool:
     if path.is_file():
         return path.name.endswith(".jsonl.gz")
     return path.is_dir() and (
-        any(path.glob("*_latent*.txt")) or any(path.glob("batch-*.jsonl.gz")) or any(path.glob("explanations/batch-*.jsonl.gz"))
+        any(path.glob("*_latent*.txt"))
+        or any(path.glob("batch-*.jsonl.gz"))
+        or any(path.glob("explanations/batch-*.jsonl.gz"))
     )
 
 
@@ -219,3 +221,23 @@ def constant_columns(src: Source) -> npt.NDArray[np.bool_]:
             lo = np.minimum(lo, chunk.min(axis=0).astype(np.float64))
             hi = np.maximum(hi, chunk.max(axis=0).astype(np.float64))
     return np.asarray(lo == hi)
+
+
+def judged_concepts(
+    judge: Any, inputs: Any, explanations: Any, **options: Any
+) -> tuple[npt.NDArray[np.float64], Labels]:
+    """Each explanation row's concept over `inputs`, made by `judge` (`neuroneval.label.label`),
+    as the (N, E) `concepts` of `compare`. Explainers often write the same text for several
+    units (a lexicon category, "punctuation"): each distinct text is judged once and its column
+    shared by its rows.
+
+    `explanations` is the table `compare` reads (or anything `explanation_table` takes);
+    `options` go to `label` (``cache``, ``batch_size``, ``progress``). Returns the concepts and
+    the `Labels` of the distinct texts (their judging statistics).
+    """
+    texts = explanation_table(explanations)["explanation"].to_list()
+    distinct = list(dict.fromkeys(texts))
+    named = pl.DataFrame({"concept": [str(i) for i in range(len(distinct))], "explanation": distinct})
+    labels = label(judge, inputs, named, **options)
+    column = {text: i for i, text in enumerate(distinct)}
+    return np.ascontiguousarray(labels.probabilities[:, [column[t] for t in texts]]), labels

@@ -126,6 +126,30 @@ class Comparison:
         )
         return title + "\n" + _align(head, body, left={1})
 
+    def differences_text(self, metric: str = "correlation") -> str:
+        """The paired differences of every two explainers under `metric`, as aligned text."""
+        m = self._metric(metric)
+        s = self.settings
+        rows = []
+        for d in self.differences.filter(pl.col("metric") == m).iter_rows(named=True):
+            low, high = d["ci_low"], d["ci_high"]
+            rows.append(
+                [
+                    f"{d['explainer_a']} - {d['explainer_b']}",
+                    f"{d['n_units']:,}",
+                    _number(d["mean_difference"]),
+                    "-" if math.isnan(low) else f"[{_number(low)}, {_number(high)}]",
+                    _number(d["win_rate"]),
+                    _number(d["tie_rate"]),
+                ]
+            )
+        head = ["A - B", "units", "mean", f"{100 * s['confidence']:g}% interval", "A wins", "ties"]
+        title = (
+            f"{m}: paired differences over the units both explain ({s['n_boot']:,} resample{'' if s['n_boot'] == 1 else 's'}; "
+            "A wins: share of units where A > B, ties counted half)"
+        )
+        return title + "\n" + _align(head, rows, left={0})
+
     def to_saebench(
         self,
         *,

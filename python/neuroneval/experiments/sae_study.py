@@ -90,8 +90,18 @@ LLM_SYSTEM = "You name the common theme of sentences in two to four words."
 LLM_QUESTION = "In two to four words, what do these sentences have in common?"
 # Two worked examples: without them SmolLM2-135M answers with a sentence, or loops ("the topic of the topic of").
 LLM_SHOTS = (
-    (("The dog chased the cat across the yard.", "Her parrot can say twenty words.", "Horses were used to pull carts."), "animals and pets"),
-    (("Stocks fell sharply on Monday.", "The bank raised interest rates.", "Inflation reached ten percent."), "money and the economy"),
+    (
+        (
+            "The dog chased the cat across the yard.",
+            "Her parrot can say twenty words.",
+            "Horses were used to pull carts.",
+        ),
+        "animals and pets",
+    ),
+    (
+        ("Stocks fell sharply on Monday.", "The bank raised interest rates.", "Inflation reached ten percent."),
+        "money and the economy",
+    ),
 )
 
 
@@ -151,7 +161,11 @@ def wiki_sentences(limit: int | None = None, *, min_words: int = 6, max_words: i
 def _token_batches(tokenizer: Any, sentences: Sequence[str], batch_size: int = 64) -> list[dict[str, Any]]:
     """Tokenized batches (a list: `extract` may iterate its data twice when it resumes)."""
     return [
-        dict(tokenizer(list(sentences[i : i + batch_size]), padding=True, truncation=True, max_length=64, return_tensors="pt"))
+        dict(
+            tokenizer(
+                list(sentences[i : i + batch_size]), padding=True, truncation=True, max_length=64, return_tensors="pt"
+            )
+        )
         for i in range(0, len(sentences), batch_size)
     ]
 
@@ -237,7 +251,13 @@ def lexicon_explanations(maxima: np.ndarray, sentences: Sequence[str]) -> list[s
 
 
 def top_token_explanations(
-    maxima: np.ndarray, argmax: np.ndarray, documents: np.ndarray, positions: np.ndarray, ids: list[list[int]], tokenizer: Any, top: int
+    maxima: np.ndarray,
+    argmax: np.ndarray,
+    documents: np.ndarray,
+    positions: np.ndarray,
+    ids: list[list[int]],
+    tokenizer: Any,
+    top: int,
 ) -> list[str]:
     """Per unit: the three tokens most often at its maximum in its `top` sentences."""
     out = []
@@ -283,7 +303,10 @@ def llm_explanations(maxima: np.ndarray, sentences: Sequence[str], top: int, log
     for u in range(maxima.shape[1]):
         best = np.argsort(-maxima[:, u], kind="stable")[:top]
         ids = tokenizer.apply_chat_template(
-            llm_messages([sentences[d] for d in best]), add_generation_prompt=True, return_tensors="pt", return_dict=True
+            llm_messages([sentences[d] for d in best]),
+            add_generation_prompt=True,
+            return_tensors="pt",
+            return_dict=True,
         )
         with torch.inference_mode():
             gen = model.generate(
@@ -304,9 +327,9 @@ def run(out: Path, size: StudySize = FULL, log: Any = print) -> dict[str, Any]:
     """Run the whole study and write ``out``; returns the summary (also ``summary.json``)."""
     import torch
 
-    from neuroneval.compare import compare, stream_seed, unpaired_difference
+    from neuroneval.compare import compare, judged_concepts, stream_seed, unpaired_difference
     from neuroneval.interop import read_saelens, write_saelens
-    from neuroneval.label import label, minilm
+    from neuroneval.label import minilm
     from neuroneval.torch import extract
 
     from .text import load_minilm
@@ -322,15 +345,32 @@ def run(out: Path, size: StudySize = FULL, log: Any = print) -> dict[str, Any]:
     train = [sentences[i] for i in order[: size.train_sentences]]
     explain = [sentences[i] for i in order[size.train_sentences : size.train_sentences + size.explain_sentences]]
     probe = [sentences[i] for i in order[size.train_sentences + size.explain_sentences :]]
-    log(f"corpus: {len(sentences):,} Wikipedia sentences: {len(train):,} train, {len(explain):,} explain, {len(probe):,} probe")
+    log(
+        f"corpus: {len(sentences):,} Wikipedia sentences: {len(train):,} train, {len(explain):,} explain, {len(probe):,} probe"
+    )
 
     minilm_model = load_minilm()
     model, tokenizer = minilm_model.model, minilm_model.tokenizer
     ffn_in, ffn = _ffn_layers(size.layer)
-    store = extract(model, _token_batches(tokenizer, train), [ffn_in], out / "store-train", reduce="tokens", dtype="float32", progress=False)
+    store = extract(
+        model,
+        _token_batches(tokenizer, train),
+        [ffn_in],
+        out / "store-train",
+        reduce="tokens",
+        dtype="float32",
+        progress=False,
+    )
     x = np.asarray(store[ffn_in].source.dense(), dtype=np.float32)
     log(f"SAE training: {x.shape[0]:,} tokens x {x.shape[1]} of {ffn_in}")
-    sae = train_topk_sae(x, d_sae=model.config.intermediate_size, k=size.k, epochs=size.epochs, batch_size=size.batch_size, seed=size.seed)
+    sae = train_topk_sae(
+        x,
+        d_sae=model.config.intermediate_size,
+        k=size.k,
+        epochs=size.epochs,
+        batch_size=size.batch_size,
+        seed=size.seed,
+    )
     write_saelens(sae, out / "sae")
     sae = read_saelens(out / "sae")
     recon = sae.encode(x[:4096]) @ sae.W_dec + sae.b_dec
@@ -365,13 +405,22 @@ def run(out: Path, size: StudySize = FULL, log: Any = print) -> dict[str, Any]:
         ex = per_set["explain"]
         written = {
             "lexicon": lexicon_explanations(maxima, explain),
-            "top-tokens": top_token_explanations(maxima, argmax, ex["documents"], ex["positions"], ids, tokenizer, size.top_tokens),
+            "top-tokens": top_token_explanations(
+                maxima, argmax, ex["documents"], ex["positions"], ids, tokenizer, size.top_tokens
+            ),
         }
         log(f"  {population}: explaining with smollm2 ...")
         written["smollm2"] = llm_explanations(maxima, explain, size.top_llm, log)
         for explainer in EXPLAINERS:
             for j, unit in enumerate(chosen[population]):
-                rows.append({"population": population, "unit": int(unit), "explainer": explainer, "explanation": written[explainer][j]})
+                rows.append(
+                    {
+                        "population": population,
+                        "unit": int(unit),
+                        "explainer": explainer,
+                        "explanation": written[explainer][j],
+                    }
+                )
     explanations = pl.DataFrame(rows)
     explanations.write_csv(out / "explanations.csv")
 
@@ -380,16 +429,15 @@ def run(out: Path, size: StudySize = FULL, log: Any = print) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for population in ("neurons", "latents"):
         table = explanations.filter(pl.col("population") == population)
-        # explainers may write the same text for several units: judge each text once
-        distinct, inverse = np.unique(np.array(table["explanation"].to_list(), dtype=object), return_inverse=True)
-        labels = label(judge, probe, [str(t) for t in distinct], progress=False)
-        concepts = labels.probabilities[:, inverse]
+        concepts, _ = judged_concepts(judge, probe, table.select("unit", "explainer", "explanation"))
         acts = per_set["probe"][population][0]
         # the inputs of `neuroneval compare ACTS EXPLANATIONS --concepts CONCEPTS`, for the command line
         np.save(out / f"{population}-activations.npy", acts)
         np.save(out / f"{population}-concepts.npy", concepts)
         table.select("unit", "explainer", "explanation").write_csv(out / f"{population}-explanations.csv")
-        comparison = compare(acts, table.select("unit", "explainer", "explanation"), concepts, n_boot=size.n_boot, seed=size.seed)
+        comparison = compare(
+            acts, table.select("unit", "explainer", "explanation"), concepts, n_boot=size.n_boot, seed=size.seed
+        )
         comparison.write(out / population)
         results[population] = comparison
         log(f"\n{population} ({len(chosen[population])} units, {len(probe):,} probing sentences):")
@@ -402,12 +450,18 @@ def run(out: Path, size: StudySize = FULL, log: Any = print) -> dict[str, Any]:
             values[population] = pairs.filter(pl.col("explainer") == explainer)["correlation"].to_numpy()
         if not all(len(v) for v in values.values()):
             continue
-        d = unpaired_difference(values["latents"], values["neurons"], n_boot=size.n_boot, seed=stream_seed(size.seed, explainer))
+        d = unpaired_difference(
+            values["latents"], values["neurons"], n_boot=size.n_boot, seed=stream_seed(size.seed, explainer)
+        )
         populations.append(
             {
-                "explainer": explainer, "neurons_mean": float(np.nanmean(values["neurons"])),
-                "latents_mean": float(np.nanmean(values["latents"])), "latents_minus_neurons": d.mean_difference,
-                "ci_low": d.low, "ci_high": d.high, "latents_win_rate": d.win_rate,
+                "explainer": explainer,
+                "neurons_mean": float(np.nanmean(values["neurons"])),
+                "latents_mean": float(np.nanmean(values["latents"])),
+                "latents_minus_neurons": d.mean_difference,
+                "ci_low": d.low,
+                "ci_high": d.high,
+                "latents_win_rate": d.win_rate,
             }  # fmt: skip
         )
     pop = pl.DataFrame(populations)
@@ -422,7 +476,9 @@ def run(out: Path, size: StudySize = FULL, log: Any = print) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="neuroneval demo --sae", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("demo-sae-out"), help="output directory (default: demo-sae-out)")
+    parser.add_argument(
+        "--out", type=Path, default=Path("demo-sae-out"), help="output directory (default: demo-sae-out)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of everything (default: 0)")
     parser.add_argument("--small", action="store_true", help="the small size (a smoke run)")
     parser.add_argument("--units", type=int, help="units per population")
