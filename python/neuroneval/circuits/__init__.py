@@ -6,10 +6,14 @@
 - `select_edges` and `prune`: the circuit at a fraction of the edges, dangling parts removed;
   `select_nodes`, `select_neurons`: node- and neuron-level circuits;
 - `faithfulness`, `cpr`, `cmd`, `mean_faithfulness` at the ten `FRACTIONS`;
-- `weighted_edge_count` with node and neuron masks; `auroc` against a ground-truth circuit.
+- `weighted_edge_count` with node and neuron masks; `auroc` against a ground-truth circuit;
+- `ioi_examples`, `arithmetic_examples`, `tokenize_task`: the tasks' seeded prompt pairs (`tasks`);
+- `CircuitRun`, `MethodCurve`: a run of the track (edge scores, faithfulness curves, CPR, CMD),
+  written and read as files, `circuit_table` across runs; `write_edge_scores` and
+  `read_edge_scores` in MIB's circuit JSON (`results`).
 
-These take plain arrays; the model side (edge patching, attribution methods, tasks) builds on
-them.
+These take plain arrays; the model side (edge patching, attribution methods, the trained
+model with a known circuit) is `neuroneval.torch.circuits`.
 
 Examples
 --------
@@ -37,10 +41,37 @@ from .graph import (
     select_nodes,
     transformer_graph,
 )
+from .results import (
+    CircuitRun,
+    MethodCurve,
+    circuit_table,
+    edge_names,
+    find_circuit_runs,
+    format_circuit_table,
+    read_circuit_run,
+    read_edge_scores,
+    write_edge_scores,
+)
 from .scores import FRACTIONS, auroc, cmd, cpr, faithfulness, mean_faithfulness, weighted_edge_count
+from .tasks import TASKS, TaskExample, TokenizedTask, arithmetic_examples, ioi_examples, tokenize_task
 
 __all__ = [
     "FRACTIONS",
+    "TASKS",
+    "CircuitRun",
+    "MethodCurve",
+    "TaskExample",
+    "TokenizedTask",
+    "arithmetic_examples",
+    "circuit_table",
+    "edge_names",
+    "find_circuit_runs",
+    "format_circuit_table",
+    "ioi_examples",
+    "read_circuit_run",
+    "read_edge_scores",
+    "tokenize_task",
+    "write_edge_scores",
     "INPUT",
     "LOGITS",
     "SUPPORTED_MODEL_TYPES",

@@ -1,5 +1,5 @@
 """The `neuroneval` command line: `main` and the top-level parser; one module per command
-(`score`, `sanity`, `meta`, `crowd`, `label`, `compare`, `report`, `demo`) declares its
+(`score`, `sanity`, `meta`, `crowd`, `label`, `compare`, `circuits`, `report`, `demo`) declares its
 options and runs it, and `common` holds what they share.
 
 Usage
@@ -61,12 +61,19 @@ differences between explainers; write the tables and a SAEBench-shaped JSON into
     neuroneval compare acts.npy explanations.csv --concepts concepts.npy --n-boot 2000 --out compare/
     neuroneval compare acts.npy explanations.csv --judge minilm --inputs texts.txt --out compare/
 
+MIB's circuit track (SPEC section 7): score every edge of a model's graph with attribution
+methods, evaluate the circuits they pick (faithfulness at ten sizes, CPR, CMD) and write the run;
+then print MIB's CPR/CMD table of runs (text, CSV or JSON)::
+
+    neuroneval circuits run --model smollm2 --task ioi --method all --out runs/smollm2-ioi
+    neuroneval circuits table runs/smollm2-ioi runs/smollm2-arithmetic --format csv
+
 One self-contained HTML page of a results directory (what `neuroneval demo --out DIR`
 writes, or any directory holding a scores.parquet; `neuroneval.report` says what it reads)::
 
     neuroneval report demo-out -o report.html
 
-The same commands run as `python -m neuroneval score ...` (or `sanity`, `meta`, `crowd`, `compare`, `report`).
+The same commands run as `python -m neuroneval score ...` (or `sanity`, `meta`, `crowd`, `compare`, `circuits`, `report`).
 
 Inputs
     ACTIVATIONS is a `.npy` file, a shard directory (`neuroneval.sources.write_shards`), a
@@ -109,6 +116,11 @@ Output
     and writes pairs.parquet, summary.csv, differences.csv, comparison.json and
     saebench_eval.json there (all or none); `neuroneval report DIR` shows them.
 
+    `circuits run --out DIR` writes scores/<method>.json (MIB's circuit JSON), curves.csv and
+    circuit_run.json there (circuit_run.json last: a directory holding it is whole) and prints
+    each method's CPR, CMD, mean faithfulness, AUROC and seconds; `neuroneval report DIR` shows
+    the runs' curves.
+
     `report` writes its page (default RESULTS_DIR/report.html) aside and renames it into
     place, then prints its path and size.
 
@@ -125,7 +137,7 @@ import warnings
 from neuroneval import __version__
 from neuroneval.errors import NeuronEvalError
 
-from . import compare, crowd, demo, label, meta, report, sanity, score
+from . import circuits, compare, crowd, demo, label, meta, report, sanity, score
 from .common import PROG, Command, Parser, check_outputs, one_line, print_error
 
 __all__ = ["main"]
@@ -174,6 +186,6 @@ def parser() -> argparse.ArgumentParser:
     )
     top.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = top.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for command in (score, sanity, meta, crowd, label, compare, report, demo):
+    for command in (score, sanity, meta, crowd, label, compare, circuits, report, demo):
         command.add(commands)
     return top

@@ -4,7 +4,8 @@ The page needs nothing at view time: its CSS is inline, images are base64 ``data
 histograms are inline SVG, and its only script (a few lines) counts images that failed to
 load into ``<div id="image-check" data-broken="N">``. It shows, per layer, the distribution
 of each trustworthy metric and a table of units (best explanation, its scores, the unit's
-top-activating inputs), then the sanity checks and the crowd simulation when present.
+top-activating inputs), then the sanity checks, the crowd simulation, the comparison of
+explainers and the circuit runs when present.
 
 The package: `read` reads a results directory, `inputs` writes its input parts
 (`top_inputs`, `write_inputs`), `charts` draws, `page` renders. The page's HTML is in
@@ -14,7 +15,7 @@ read through `importlib.resources` and inlined at render time.
 The results directory
 ---------------------
 Everything but ``scores.parquet`` is optional, and so is ``scores.parquet`` in a directory
-holding a comparison; a part that is absent is left out of the page.
+holding a comparison or circuit runs; a part that is absent is left out of the page.
 A file that is present but does not follow this contract is an error that names the file.
 
 ``scores.parquet`` (required)
@@ -56,6 +57,15 @@ A file that is present but does not follow this contract is an error that names 
     compare --out`` write it, with its ``summary.csv``, ``differences.csv`` and
     ``pairs.parquet`` beside it: the page ranks the explainers under each metric, with their
     intervals drawn as bars, and lists the paired differences.
+
+``circuit_run.json`` (or subdirectories holding one, or ``circuits/`` and its subdirectories)
+    A circuit run as ``neuroneval.circuits.results.CircuitRun.write`` and ``neuroneval circuits
+    run --out`` write it, with its ``scores/<method>.json`` beside it (read back with
+    ``read_circuit_run``; ``curves.csv`` is not read): the page shows the CPR/CMD table of all
+    runs, the best of each column in bold, then per run its facts, each method's CPR, CMD, mean
+    faithfulness, AUROC and time, and the faithfulness curves (against the share of the edges,
+    log scale) of the circuits by signed score (CPR) and by absolute score (CMD), one line per
+    method. A directory that holds only circuit runs needs no ``scores.parquet``.
 
 ``top_inputs.parquet``
     Each unit's top-activating inputs, as `top_inputs` returns them: ``layer`` (string),

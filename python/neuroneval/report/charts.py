@@ -332,3 +332,137 @@ def png(pixels: npt.NDArray[np.uint8]) -> bytes:
         + chunk(b"IDAT", zlib.compress(raw.tobytes(), 9))
         + chunk(b"IEND", b"")
     )
+
+
+# --------------------------------------------------------------------------- circuits
+
+#: The circuit methods' colours, the same in every chart (others cycle through _COLOURS).
+_METHOD_COLOURS = {
+    "random": "#7f7f7f",
+    "eap": "#1f77b4",
+    "eap-ig-inputs": "#ff7f0e",
+    "eap-ig-activations": "#2ca02c",
+    "exact": "#d62728",
+}
+#: The faithfulness axis spans the data, 0 and 1, but no more than this (points beyond sit on its edge).
+_F_LIMITS = (-1.5, 2.5)
+
+
+@dataclass(frozen=True)
+class Marker:
+    """One point of a curve, its exact values in its title."""
+
+    x: float
+    y: float
+    title: str
+
+
+@dataclass(frozen=True)
+class MethodLine:
+    method: str
+    colour: str
+    points: list[tuple[float, float]]
+    markers: list[Marker]
+    legend: Line
+    name: Label
+
+
+@dataclass(frozen=True)
+class FaithfulnessChart:
+    """Faithfulness against the share of edges in the circuit (log x), one line per method; the
+    lines f = 0 (class ``zero``) and f = 1 (class ``target``) drawn across."""
+
+    width: int
+    height: int
+    criterion: str
+    summary: str
+    axes: list[Line]
+    labels: list[Label]
+    references: list[Line]
+    lines: list[MethodLine]
+
+    @property
+    def title(self) -> str:
+        return "circuits by signed score: CPR" if self.criterion == "signed" else "circuits by absolute score: CMD"
+
+
+def method_colour(method: str, j: int) -> str:
+    return _METHOD_COLOURS.get(method, _COLOURS[j % len(_COLOURS)])
+
+
+def faithfulness_chart(
+    criterion: str,
+    fractions: tuple[float, ...],
+    curves: list[tuple[str, npt.NDArray[np.float64], npt.NDArray[np.int64]]],
+) -> FaithfulnessChart | None:
+    """The faithfulness curves of (method, f at each fraction, circuit edges at each fraction)
+    under `criterion` ("signed" or "absolute"); None when no curve is defined (m(full) == m(empty))."""
+    defined = [(m, f, e) for m, f, e in curves if np.isfinite(f).all()]
+    if not defined or not fractions:
+        return None
+    w, h, left, right, top, bottom = 560, 270, 46, 150, 12, 40
+    pw, ph = w - left - right, h - top - bottom
+    x_lo, x_hi = math.log10(fractions[0]), math.log10(fractions[-1])
+    if x_hi <= x_lo:
+        x_lo, x_hi = x_lo - 0.5, x_hi + 0.5
+    values = np.concatenate([f for _, f, _ in defined])
+    y_lo = max(_F_LIMITS[0], min(0.0, float(values.min())))
+    y_hi = min(_F_LIMITS[1], max(1.0, float(values.max())))
+    pad = 0.05 * (y_hi - y_lo)
+    y_lo, y_hi = y_lo - pad, y_hi + pad
+
+    def xy(fraction: float, f: float) -> tuple[float, float]:
+        y = min(max(f, y_lo), y_hi)
+        return (
+            left + pw * (math.log10(fraction) - x_lo) / (x_hi - x_lo),
+            top + ph - ph * (y - y_lo) / (y_hi - y_lo),
+        )
+
+    labels = []
+    for e in range(math.floor(x_lo), math.ceil(x_hi) + 1):
+        if x_lo - 1e-9 <= e <= x_hi + 1e-9:
+            x, _ = xy(10.0**e, 0.0)
+            labels.append(Label(x, top + ph + 14, f"{100 * 10.0**e:g}%", "middle"))
+    ticks = [0.0, 0.5, 1.0]
+    for end in (math.ceil(y_lo * 2) / 2, math.floor(y_hi * 2) / 2):  # the outermost half-steps, when apart
+        if all(abs(end - t) >= 0.25 for t in ticks):
+            ticks.append(end)
+    for v in sorted(ticks):
+        _, y = xy(fractions[0], v)
+        labels.append(Label(left - 4, y + 3, f"{v:.1f}", "end"))
+    labels.append(Label(left + pw / 2, h - 6, "share of the edges in the circuit (log scale)", "middle"))
+    references = [
+        Line(left, xy(fractions[0], 0.0)[1], left + pw, xy(fractions[0], 0.0)[1], "zero"),
+        Line(left, xy(fractions[0], 1.0)[1], left + pw, xy(fractions[0], 1.0)[1], "target"),
+    ]
+    lines = []
+    for j, (method, f, edges) in enumerate(defined):
+        colour = method_colour(method, j)
+        points = [xy(k, float(v)) for k, v in zip(fractions, f, strict=True)]
+        markers = [
+            Marker(x, y, f"{method}: {100 * k:g}% of the edges ({int(n):,} after pruning), f = {float(v):.3f}")
+            for (x, y), k, v, n in zip(points, fractions, f, edges, strict=True)
+        ]
+        ly = top + 14 + 18 * j
+        lines.append(
+            MethodLine(
+                method=method,
+                colour=colour,
+                points=points,
+                markers=markers,
+                legend=Line(left + pw + 10, ly, left + pw + 28, ly, stroke=colour),
+                name=Label(left + pw + 32, ly + 4, method),
+            )
+        )
+    by = "signed score (CPR)" if criterion == "signed" else "absolute score (CMD)"
+    axes = [Line(left, top + ph, left + pw, top + ph, "axis"), Line(left, top, left, top + ph, "axis")]
+    return FaithfulnessChart(
+        width=w,
+        height=h,
+        criterion=criterion,
+        summary=f"faithfulness of the circuits of the top edges by {by} against their share of the edges",
+        axes=axes,
+        labels=labels,
+        references=references,
+        lines=lines,
+    )

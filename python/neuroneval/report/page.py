@@ -18,11 +18,32 @@ import polars as pl
 from markupsafe import Markup
 
 from neuroneval import METRICS, PASSING_METRICS, __version__
+from neuroneval.circuits.results import CRITERIA, best_marks, circuit_table, run_labels
 from neuroneval.errors import ParameterError, SourceError
 from neuroneval.files import write_atomic
 
-from .charts import Histogram, configuration, histogram, interval_chart, png_uri, rce_chart
-from .read import _SANITY_COLUMNS, INPUTS_PER_UNIT, SCORES, TOP_INPUTS, Compared, Crowd, Inputs, Results, read_results
+from .charts import (
+    Histogram,
+    configuration,
+    faithfulness_chart,
+    histogram,
+    interval_chart,
+    method_colour,
+    png_uri,
+    rce_chart,
+)
+from .read import (
+    _SANITY_COLUMNS,
+    INPUTS_PER_UNIT,
+    SCORES,
+    TOP_INPUTS,
+    Circuit,
+    Compared,
+    Crowd,
+    Inputs,
+    Results,
+    read_results,
+)
 
 #: Units listed per layer; a larger layer lists its best-explained units, with a note.
 MAX_UNITS = 100
@@ -243,10 +264,17 @@ class _Page:
             scores = pl.DataFrame(schema={"layer": pl.String, "unit": pl.String, "concept": pl.String})
         n_units = scores.select(pl.struct("layer", "unit").n_unique()).item() if scores.height else 0
         parts = scores.partition_by("layer", maintain_order=True) if scores.height else []
+        circuits = self.results.circuits
         if self.scores is None and compared is not None:
             default = (
                 f"A comparison of {_counted(len(compared.explainers), 'explainer')} of {compared.n_units:,} units "
                 f"over {compared.n_inputs:,} inputs."
+            )
+        elif self.scores is None and circuits:
+            default = (
+                f"{_counted(len(circuits), 'circuit-localization run')} (MIB's circuit track): "
+                + ", ".join(dict.fromkeys(f"{c.run.model}/{c.run.task}" for c in circuits))
+                + "."
             )
         else:
             default = f"Scores of explanations (concepts) of {n_units:,} units in {_counted(len(parts), 'layer')}."
@@ -276,6 +304,7 @@ class _Page:
             "sanity": self._sanity(),
             "crowd": None if self.results.crowd is None else self._crowd(self.results.crowd),
             "comparison": None if compared is None else self._comparison(compared),
+            "circuits": _circuits(circuits, self.directory) if circuits else None,
             "pass_level": _PASS_LEVEL,
             "scores_file": SCORES,
             "tops_file": TOP_INPUTS,
@@ -455,6 +484,44 @@ class _Page:
             "blocks": blocks,
             "location": "" if c.directory == self.directory else c.directory.name + "/",
         }
+
+
+def _circuits(circuits: list[Circuit], directory: Path) -> dict[str, Any]:
+    """The CPR/CMD table of every run (best per column marked), then per run its facts, its
+    summary table and its two faithfulness charts (signed, absolute)."""
+    runs = [c.run for c in circuits]
+    labels = run_labels(runs, [c.directory.name for c in circuits])
+    table = circuit_table(runs, labels)
+    marks = best_marks(table)
+    rows = [
+        {
+            "method": method,
+            "cells": [{"value": table[col][i], "best": marks[col][i]} for col in table.columns[1:]],
+        }
+        for i, method in enumerate(table["method"].to_list())
+    ]
+    blocks = []
+    for i, (c, label) in enumerate(zip(circuits, labels, strict=True)):
+        run = c.run
+        charts = []
+        for criterion in CRITERIA:
+            curves = [
+                (m.method, m.faithfulness(run.full, run.empty, criterion), m.edges(criterion)) for m in run.methods
+            ]
+            charts.append(faithfulness_chart(criterion, run.fractions, curves))
+        blocks.append(
+            {
+                "label": label,
+                "anchor": f"circuits-run-{i}",
+                "run": run,
+                "n_edges": run.graph().n_edges,
+                "location": "" if c.directory == directory else str(c.directory.relative_to(directory)) + "/",
+                "summary": run.summary().to_dicts(),
+                "colours": {m: method_colour(m, j) for j, m in enumerate(run.method_names)},
+                "charts": charts,
+            }
+        )
+    return {"labels": labels, "rows": rows, "blocks": blocks}
 
 
 def _input(inputs: Inputs | None, index: int, label: str) -> _InputItem:

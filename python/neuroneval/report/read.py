@@ -7,7 +7,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import numpy.typing as npt
 import polars as pl
 
 from neuroneval import METRICS
+from neuroneval.circuits.results import CIRCUIT_RUN_FILE, CircuitRun, find_circuit_runs, read_circuit_run
 from neuroneval.compare import COMPARISON_FILES, COMPARISON_FORMAT
 from neuroneval.errors import EmptyInputError, ParameterError, SourceError
 
@@ -88,6 +89,15 @@ class Results:
     inputs: Inputs | None
     tops: pl.DataFrame | None
     comparison: Compared | None = None
+    circuits: list[Circuit] = field(default_factory=list)
+
+
+@dataclass
+class Circuit:
+    """A circuit run (``neuroneval circuits run --out``, `CircuitRun.write`) and its directory."""
+
+    directory: Path
+    run: CircuitRun
 
 
 def read_results(results_dir: str | os.PathLike[str]) -> Results:
@@ -98,9 +108,10 @@ def read_results(results_dir: str | os.PathLike[str]) -> Results:
     if not directory.is_dir():
         raise ParameterError(f"{directory} is a file; expected a results directory (holding {SCORES})")
     comparison = _read_comparison(directory)
+    circuits = _read_circuits(directory)
     scores: pl.DataFrame | None = None
     metrics: list[str] = []
-    if comparison is None or (directory / SCORES).is_file():
+    if (comparison is None and not circuits) or (directory / SCORES).is_file():
         scores, metrics = _read_scores(directory)
     info = _read_info(directory)
     return Results(
@@ -113,6 +124,7 @@ def read_results(results_dir: str | os.PathLike[str]) -> Results:
         inputs=_read_inputs(directory),
         tops=_read_top_inputs(directory),
         comparison=comparison,
+        circuits=circuits,
     )
 
 
@@ -167,8 +179,9 @@ def _read_scores(directory: Path) -> tuple[pl.DataFrame, list[str]]:
     path = directory / SCORES
     if not path.is_file():
         raise SourceError(
-            f"{directory} has no {SCORES} (nor a comparison's {COMPARISON_FILES['config']}), so it is not a "
-            "results directory (neuroneval score --out, demo --out or compare --out writes one)"
+            f"{directory} has no {SCORES} (nor a comparison's {COMPARISON_FILES['config']}, nor a circuit run's "
+            f"{CIRCUIT_RUN_FILE}), so it is not a results directory (neuroneval score --out, demo --out, compare "
+            "--out or circuits run --out writes one)"
         )
     df = _read_parquet(path)
     missing = [c for c in ("unit", "concept") if c not in df.columns]
@@ -359,3 +372,13 @@ def _read_comparison(directory: Path) -> Compared | None:
     return Compared(
         where, metrics, explainers, baselines, confidence, n_boot, n_units, n_inputs, len(dead), summary, differences
     )
+
+
+def _read_circuits(directory: Path) -> list[Circuit]:
+    """The circuit runs of `directory`: itself when it holds circuit_run.json, else each of its
+    subdirectories that does and, the same way, its ``circuits/`` (each checked, an error naming
+    the file)."""
+    found = find_circuit_runs(directory)
+    if not (directory / CIRCUIT_RUN_FILE).is_file():
+        found += find_circuit_runs(directory / "circuits")
+    return [Circuit(d, read_circuit_run(d)) for d in dict.fromkeys(found)]

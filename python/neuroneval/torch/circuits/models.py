@@ -1,0 +1,314 @@
+"""A decoder-only transformer taken apart into the nodes of MIB's graph (SPEC section 7).
+
+`decompose(model)` wraps a Hugging Face causal LM (GPT-2, or the LLaMA family: llama,
+mistral, qwen2) without copying its weights into another framework. The wrapper computes each
+node from an input it is handed: the embedding of the tokens, every attention head from its own
+query, key and value input residuals (`[H, B, T, d]`, or one shared `[B, T, d]` residual when
+every head reads the same stream), each MLP from its input residual, and the logits from theirs.
+`patching.run` sums senders into those inputs; here is only the arithmetic of one model family.
+
+Why this route rather than transformer-lens: its HookedTransformer loads weights by the hub
+name of a model and rewrites them into its own layout, which needs the hub's configuration
+files; the models users hold here (SmolLM2 from a GGUF file, a model trained in place) are
+Hugging Face modules already. Splitting a head's query, key and value inputs is what
+transformer-lens's ``use_split_qkv_input`` does; the wrapper does it on the module's own weights,
+and grouped-query attention gives every query head its own key and value input (its group's
+weights), the way MIB counts a head's edges.
+
+Examples
+--------
+>>> import torch
+>>> from transformers import LlamaConfig, LlamaForCausalLM
+>>> _ = torch.manual_seed(0)
+>>> config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+...                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+>>> model = decompose(LlamaForCausalLM(config).eval())
+>>> model.graph.n_edges, model.n_heads, model.d_model
+(110, 4, 32)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+import torch
+
+from neuroneval.circuits import SUPPORTED_MODEL_TYPES, Graph, transformer_graph
+from neuroneval.errors import ParameterError, ShapeError
+
+__all__ = ["RUNNABLE_MODEL_TYPES", "DecomposedModel", "Layout", "decompose", "layout_of"]
+
+#: Model types whose nodes `decompose` can compute (the graph itself supports `SUPPORTED_MODEL_TYPES`).
+RUNNABLE_MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2")
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each receiver's edges sit in the graph's edge order (`transformer_graph`'s):
+    per layer, the heads' block of ``H x 3 x u`` edges (query, key, value inputs of each head,
+    each from senders ``0..u-1``), then the MLP's ``u + H`` and, last, the logits' ``S``."""
+
+    n_layers: int
+    n_heads: int
+    heads_start: tuple[int, ...]
+    mlp_start: tuple[int, ...]
+    logits_start: int
+
+    def heads_upstream(self, layer: int) -> int:
+        return 1 + layer * (self.n_heads + 1)
+
+    def mlp_upstream(self, layer: int) -> int:
+        return self.heads_upstream(layer) + self.n_heads
+
+    @property
+    def n_senders(self) -> int:
+        return 1 + self.n_layers * (self.n_heads + 1)
+
+    def first_head(self, layer: int) -> int:
+        """The sender index (= node index) of the layer's first head."""
+        return self.heads_upstream(layer)
+
+    def mlp_node(self, layer: int) -> int:
+        return self.mlp_upstream(layer)
+
+
+def layout_of(graph: Graph, n_layers: int, n_heads: int) -> Layout:
+    """The `Layout` of `graph`, checked to be `transformer_graph(n_layers, n_heads)`'s order."""
+    heads_start, mlp_start = [], []
+    at = 0
+    h = n_heads
+    for layer in range(n_layers):
+        u = 1 + layer * (h + 1)
+        heads_start.append(at)
+        at += 3 * h * u
+        mlp_start.append(at)
+        at += u + h
+    n_senders = 1 + n_layers * (h + 1)
+    if at + n_senders != graph.n_edges:
+        raise ShapeError(
+            f"the graph has {graph.n_edges} edges; {n_layers} layers of {n_heads} heads make {at + n_senders}"
+        )
+    layout = Layout(n_layers, n_heads, tuple(heads_start), tuple(mlp_start), at)
+    parts = []
+    for layer in range(n_layers):
+        parts += [np.tile(np.arange(layout.heads_upstream(layer)), 3 * h), np.arange(layout.mlp_upstream(layer))]
+    expected = np.concatenate([*parts, np.arange(n_senders)])
+    if not np.array_equal(graph.senders, expected):
+        raise ShapeError("the graph's edges are not in transformer_graph's order")
+    return layout
+
+
+def _per_head(weight: Tensor, n: int) -> Tensor:
+    """A projection's ``[n * hd, d]`` weight as ``[n, hd, d]``."""
+    return weight.reshape(n, weight.shape[0] // n, weight.shape[1])
+
+
+@dataclass(frozen=True)
+class _Attention:
+    """One layer's attention weights, per query head: ``[H, hd, d]`` projections (a key/value
+    group's weights repeated for each of its query heads) and ``[H, d, hd]`` output slices."""
+
+    norm: Any
+    wq: Tensor
+    wk: Tensor
+    wv: Tensor
+    bq: Tensor | None
+    bk: Tensor | None
+    bv: Tensor | None
+    wo: Tensor
+    bo: Tensor | None  # a constant of the residual stream, shared equally by the heads
+
+
+class DecomposedModel:
+    """A causal LM as MIB's nodes; built by `decompose`.
+
+    Attributes
+    ----------
+    model : torch.nn.Module
+        The wrapped Hugging Face model (its weights are used in place).
+    graph : neuroneval.circuits.Graph
+        Its computational graph.
+    n_layers, n_heads, d_model : int
+    """
+
+    def __init__(self, model: Any, kind: str, n_layers: int, n_heads: int, d_model: int) -> None:
+        self.model = model
+        self.kind = kind
+        self.n_layers = n_layers
+        self.n_heads = n_heads
+        self.d_model = d_model
+        self.graph: Graph = transformer_graph(n_layers, n_heads)
+        self.layout = layout_of(self.graph, n_layers, n_heads)
+        self.senders = torch.from_numpy(self.graph.senders)
+        self._attention = [self._attention_weights(layer) for layer in range(n_layers)]
+
+    # --- the model family's arithmetic -------------------------------------------------------
+
+    def _block(self, layer: int) -> Any:
+        if self.kind == "gpt2":
+            return self.model.transformer.h[layer]
+        return self.model.model.layers[layer]
+
+    def _attention_weights(self, layer: int) -> _Attention:
+        block = self._block(layer)
+        h = self.n_heads
+        if self.kind == "gpt2":
+            attn = block.attn
+            w = attn.c_attn.weight.T  # Conv1D keeps [d_in, d_out]
+            b = attn.c_attn.bias
+            d = self.d_model
+            wq, wk, wv = (_per_head(w[i * d : (i + 1) * d], h) for i in range(3))
+            bq, bk, bv = (b[i * d : (i + 1) * d].reshape(h, -1) for i in range(3))
+            wo = attn.c_proj.weight.T.reshape(d, h, -1).permute(1, 0, 2)
+            return _Attention(block.ln_1, wq, wk, wv, bq, bk, bv, wo, attn.c_proj.bias)
+        attn = block.self_attn
+        kv = self.model.config.num_key_value_heads
+        group = h // kv
+
+        def repeat(weight: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor | None]:
+            w = _per_head(weight, kv).repeat_interleave(group, dim=0)
+            return w, None if bias is None else bias.reshape(kv, -1).repeat_interleave(group, dim=0)
+
+        wq = _per_head(attn.q_proj.weight, h)
+        bq = None if attn.q_proj.bias is None else attn.q_proj.bias.reshape(h, -1)
+        wk, bk = repeat(attn.k_proj.weight, attn.k_proj.bias)
+        wv, bv = repeat(attn.v_proj.weight, attn.v_proj.bias)
+        wo = attn.o_proj.weight.reshape(self.d_model, h, -1).permute(1, 0, 2)
+        return _Attention(block.input_layernorm, wq, wk, wv, bq, bk, bv, wo, attn.o_proj.bias)
+
+    def embed(self, tokens: Tensor) -> Tensor:
+        """The input node's output, ``[B, T, d]``: token (and, for GPT-2, position) embeddings."""
+        if self.kind == "gpt2":
+            t = self.model.transformer
+            positions = torch.arange(tokens.shape[1], device=tokens.device)
+            return cast(Tensor, t.wte(tokens) + t.wpe(positions)[None])
+        return cast(Tensor, self.model.model.embed_tokens(tokens))
+
+    def heads(
+        self, layer: int, q_in: Tensor, k_in: Tensor, v_in: Tensor, *, capture: list[Tensor] | None = None
+    ) -> Tensor:
+        """Every head's output of `layer`, ``[H, B, T, d]``, each from its own query, key and value
+        input (``[H, B, T, d]``; or ``[B, T, d]`` read by every head).
+
+        `capture` (shared inputs only) receives the heads' query, key and value projections
+        ``[H, B, T, hd]``, through which `input_gradients` gives each head's input gradients
+        without normalising the shared residual once per head."""
+        a = self._attention[layer]
+        shared = q_in.dim() == 3 and q_in is k_in and k_in is v_in
+        normed = a.norm(q_in) if shared else None
+
+        def project(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+            if normed is not None:
+                y = torch.einsum("btd,hed->hbte", normed, w)
+            elif x.dim() == 3:
+                y = torch.einsum("btd,hed->hbte", a.norm(x), w)
+            else:
+                y = torch.einsum("hbtd,hed->hbte", a.norm(x), w)
+            if capture is not None:
+                capture.append(y)
+            return y if b is None else y + b[:, None, None, :]
+
+        if capture is not None and not shared:
+            raise ValueError("capturing a layer's projections needs one input shared by its heads")
+        q, k, v = project(q_in, a.wq, a.bq), project(k_in, a.wk, a.bk), project(v_in, a.wv, a.bv)
+        n_pos = q.shape[2]
+        window = getattr(self.model.config, "sliding_window", None)
+        if window is not None and getattr(self.model.config, "use_sliding_window", True) and n_pos > window:
+            raise ParameterError(f"prompts of {n_pos} tokens exceed the model's sliding attention window of {window}")
+        if self.kind != "gpt2":
+            q, k = self._rotate(q, k, n_pos)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        causal = torch.ones(n_pos, n_pos, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(causal, torch.finfo(scores.dtype).min)
+        pattern = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        out = torch.einsum("hbte,hde->hbtd", torch.matmul(pattern, v), a.wo)
+        return out if a.bo is None else out + a.bo / self.n_heads
+
+    def input_gradients(self, layer: int, x: Tensor, grads: Sequence[Tensor]) -> list[Tensor]:
+        """Each head's query, key and value input gradients ``[H, B, T, d]`` from the gradients of
+        its projections (`heads`' `capture`) at the shared input `x`: back through the
+        projection, then through the norm's vector-Jacobian product at `x`, for all heads at once."""
+        a = self._attention[layer]
+        _, vjp, *_ = torch.func.vjp(a.norm, x.detach())
+        out = []
+        for g, w in zip(grads, (a.wq, a.wk, a.wv), strict=True):
+            g_normed = torch.einsum("hbte,hed->hbtd", g, w)
+            out.append(torch.func.vmap(lambda c: vjp(c)[0])(g_normed))
+        return out
+
+    def _rotate(self, q: Tensor, k: Tensor, n_pos: int) -> tuple[Tensor, Tensor]:
+        positions = torch.arange(n_pos, device=q.device)[None]
+        cos, sin = self.model.model.rotary_emb(q, positions)  # [1, T, hd]
+
+        def rotate_half(x: Tensor) -> Tensor:
+            half = x.shape[-1] // 2
+            return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+    def mlp(self, layer: int, x: Tensor) -> Tensor:
+        """The MLP node of `layer` on its input residual ``[B, T, d]``."""
+        block = self._block(layer)
+        if self.kind == "gpt2":
+            return cast(Tensor, block.mlp(block.ln_2(x)))
+        return cast(Tensor, block.mlp(block.post_attention_layernorm(x)))
+
+    def final_hidden(self, x: Tensor) -> Tensor:
+        """The final norm of the logits node's input."""
+        if self.kind == "gpt2":
+            return cast(Tensor, self.model.transformer.ln_f(x))
+        return cast(Tensor, self.model.model.norm(x))
+
+    def logits(self, x: Tensor) -> Tensor:
+        """The logits node: every token's logit from its input residual."""
+        return cast(Tensor, self.model.lm_head(self.final_hidden(x)))
+
+    def logit_difference(self, x: Tensor, answer: Tensor, foil: Tensor) -> Tensor:
+        """logit(answer) - logit(foil) for each example, from the logits node's input at the last
+        position (``x``: ``[B, d]``), without the full vocabulary."""
+        hidden = self.final_hidden(x)
+        w = self.model.lm_head.weight
+        out = (hidden * (w[answer] - w[foil])).sum(-1)
+        bias = getattr(self.model.lm_head, "bias", None)
+        return cast(Tensor, out if bias is None else out + bias[answer] - bias[foil])
+
+
+def decompose(model: Any) -> DecomposedModel:
+    """`model` (a Hugging Face causal LM of a type in `RUNNABLE_MODEL_TYPES`) as MIB's nodes.
+
+    Raises
+    ------
+    ParameterError
+        Another kind of model, named; a graph-only type (`SUPPORTED_MODEL_TYPES`) says so.
+    """
+    config: Any = getattr(model, "config", None)
+    kind = getattr(config, "model_type", None)
+    if kind not in RUNNABLE_MODEL_TYPES:
+        graph_only = kind in SUPPORTED_MODEL_TYPES
+        raise ParameterError(
+            f"circuit runs support Hugging Face causal LMs of type {', '.join(RUNNABLE_MODEL_TYPES)}; got {kind!r}"
+            + (
+                " (neuroneval.circuits.graph_of builds its graph, but its nodes are not computed yet)"
+                if graph_only
+                else ""
+            )
+        )
+    if not hasattr(model, "lm_head"):
+        raise ParameterError(
+            f"the {kind} model has no lm_head: pass the causal LM (e.g. LlamaForCausalLM), not its base model"
+        )
+    if kind == "gpt2":
+        if getattr(config, "scale_attn_by_inverse_layer_idx", False) or getattr(
+            config, "reorder_and_upcast_attn", False
+        ):
+            raise ParameterError(
+                "GPT-2 variants with scale_attn_by_inverse_layer_idx or reorder_and_upcast_attn are not supported"
+            )
+        return DecomposedModel(model, kind, config.n_layer, config.n_head, config.n_embd)
+    return DecomposedModel(model, kind, config.num_hidden_layers, config.num_attention_heads, config.hidden_size)

