@@ -34,7 +34,7 @@ from neuroneval.torch.circuits import (  # noqa: E402
 
 @pytest.fixture(scope="module")
 def known():
-    return train_known_circuit_model(steps=600, seed=0)
+    return train_known_circuit_model(steps=800, seed=0)
 
 
 def test_the_known_circuit_carries_the_trained_models_answer(known) -> None:
@@ -152,3 +152,14 @@ def test_smollm2_ioi_small_run(smollm2) -> None:
         assert np.all(np.diff(curve.absolute_edges) >= 0)
     assert result.cmd("eap-ig-inputs") < result.cmd("random")
     assert result.cmd("eap") < result.cmd("random")
+
+
+def test_the_methods_check_patches_edges_exactly(known) -> None:
+    """docs/circuits.md's measurement patches sampled edges one by one: the same drops as `exact`."""
+    from neuroneval.experiments.circuits_check import exact_drops
+    from neuroneval.torch.circuits import score_edges
+
+    batch = digit_pair_batches(32, batch_size=32, seed=3)[0]
+    edges = np.array([0, 5, 40, 109])
+    exact = score_edges(known.decomposed, [batch], "exact")
+    assert np.allclose(exact_drops(known.decomposed, batch, edges), exact[edges], atol=1e-9)

@@ -204,9 +204,10 @@ def test_run_passes_the_options_reports_progress_and_writes(
         "model": "smollm2",
         "task": "arithmetic",
         "methods": ("random", "eap", "eap-ig-inputs", "eap-ig-activations"),  # all, less exact, for smollm2
-        "n_score": 64,
+        "n_score": 16,
         "n_eval": 192,
         "steps": 3,
+        "activation_steps": 2,
         "batch_size": 4,
         "ablation": "mean",
         "seed": 7,

@@ -62,6 +62,7 @@ from .scores import FRACTIONS, cmd, cpr, faithfulness, mean_faithfulness
 __all__ = [
     "ABLATIONS",
     "CIRCUIT_METHODS",
+    "CIRCUIT_MODELS",
     "CIRCUIT_RUN_FILE",
     "CIRCUIT_RUN_FORMAT",
     "CIRCUIT_RUN_VERSION",
@@ -83,6 +84,9 @@ __all__ = [
 
 #: The methods, in the order tables list them (other methods follow, in the order met).
 CIRCUIT_METHODS = ("random", "eap", "eap-ig-inputs", "eap-ig-activations", "exact")
+#: The models the track runs (`neuroneval.torch.circuits.circuit_track`) and each one's tasks,
+#: the first its default.
+CIRCUIT_MODELS: dict[str, tuple[str, ...]] = {"smollm2": ("ioi", "arithmetic"), "digit-pair": ("digit-pair",)}
 #: How an edge outside the circuit is ablated: the counterfactual run's activation, or the mean.
 ABLATIONS = ("patching", "mean")
 #: How circuits are picked from the scores: top signed scores (CPR), top absolute scores (CMD).
@@ -277,7 +281,9 @@ class CircuitRun:
     n_score, n_eval : int
         Examples used to score edges and to evaluate circuits.
     steps, seed : int
-        Integration steps of the EAP-IG methods; the seed of the run.
+        Integration steps of EAP-IG on inputs; the seed of the run.
+    activation_steps : int, optional
+        Integration steps of EAP-IG on activations (default: `steps`).
     fractions : tuple of float
         The circuit sizes, as fractions of the edges (`FRACTIONS`), increasing in (0, 1].
     full, empty : float
@@ -299,8 +305,11 @@ class CircuitRun:
     full: float
     empty: float
     methods: tuple[MethodCurve, ...]
+    activation_steps: int | None = None
 
     def __post_init__(self) -> None:
+        if self.activation_steps is None:
+            object.__setattr__(self, "activation_steps", self.steps)
         _text(self.model, "model")
         _text(self.task, "task")
         if self.ablation not in ABLATIONS:
@@ -311,6 +320,7 @@ class CircuitRun:
             ("n_score", 1),
             ("n_eval", 1),
             ("steps", 1),
+            ("activation_steps", 1),
             ("seed", 0),
         ):
             object.__setattr__(self, name, check_integer(getattr(self, name), name, minimum=minimum))
@@ -444,6 +454,7 @@ class CircuitRun:
             "n_score": self.n_score,
             "n_eval": self.n_eval,
             "steps": self.steps,
+            "activation_steps": self.activation_steps,
             "seed": self.seed,
             "fractions": list(self.fractions),
             "full": self.full,
@@ -641,6 +652,7 @@ def read_circuit_run(directory: str | os.PathLike[str]) -> CircuitRun:
         "n_score": r.integer(doc, "n_score", 1),
         "n_eval": r.integer(doc, "n_eval", 1),
         "steps": r.integer(doc, "steps", 1),
+        "activation_steps": r.integer(doc, "activation_steps", 1) if "activation_steps" in doc else None,
         "seed": r.integer(doc, "seed", 0),
         "full": r.number(r.get(doc, "full"), "'full'"),
         "empty": r.number(r.get(doc, "empty"), "'empty'"),

@@ -14,6 +14,7 @@ from typing import Any
 from neuroneval.circuits.results import (
     ABLATIONS,
     CIRCUIT_METHODS,
+    CIRCUIT_MODELS,
     CIRCUIT_RUN_FILE,
     CURVES_FILE,
     SCORES_DIR,
@@ -30,7 +31,7 @@ from neuroneval.progress import Progress
 from .common import align, count, non_negative_int, output_dir, positive_int
 
 #: The models `run` knows and the tasks each runs (the first is the default).
-MODELS: dict[str, tuple[str, ...]] = {"smollm2": ("ioi", "arithmetic"), "digit-pair": ("digit-pair",)}
+MODELS = CIRCUIT_MODELS
 TASKS = tuple(dict.fromkeys(t for tasks in MODELS.values() for t in tasks))
 #: `--method all`: every method the model's graph allows (`exact` patches each edge alone: the
 #: small digit-pair model only).
@@ -125,13 +126,20 @@ def _add_run(steps: Any) -> None:
         "for smollm2 (one patched run per edge)",
     )
     p.add_argument(
-        "--n-score", type=positive_int, default=64, metavar="N", help="examples that score the edges (default 64)"
+        "--n-score", type=positive_int, default=16, metavar="N", help="examples that score the edges (default 16)"
     )
     p.add_argument(
         "--n-eval", type=positive_int, default=192, metavar="N", help="examples that evaluate circuits (default 192)"
     )
     p.add_argument(
-        "--steps", type=positive_int, default=5, metavar="N", help="integration steps of the EAP-IG methods (default 5)"
+        "--steps", type=positive_int, default=5, metavar="N", help="integration steps of EAP-IG on inputs (default 5)"
+    )
+    p.add_argument(
+        "--activation-steps",
+        type=positive_int,
+        default=2,
+        metavar="N",
+        help="integration steps of EAP-IG on activations, (1 + 2 layers) passes each (default 2)",
     )
     p.add_argument("--batch-size", type=positive_int, default=32, metavar="N", help="examples per pass (default 32)")
     p.add_argument(
@@ -256,6 +264,7 @@ def run(args: argparse.Namespace) -> int:
             n_score=args.n_score,
             n_eval=args.n_eval,
             steps=args.steps,
+            activation_steps=args.activation_steps,
             batch_size=args.batch_size,
             ablation=args.ablation,
             seed=args.seed,

@@ -2,7 +2,7 @@
 (MIB's InterpBench analogue), so that methods' edge scores can be checked against the truth.
 
 The task ("digit pair"): six slots hold two digits at random places and fillers elsewhere,
-then an operator token; the answer is ``(x + y) mod 10`` for ``+`` and ``(x * y) mod 10`` for
+then an operator token; the answer is ``(x + y) mod 5`` for ``+`` and ``(x * y) mod 5`` for
 ``*``. The model is a 2-layer, 4-head LLaMA-architecture transformer (`transformers`' own
 class, so `decompose` runs it like any other), trained with two losses:
 
@@ -39,7 +39,7 @@ __all__ = [
     "train_known_circuit_model",
 ]
 
-N_DIGITS, SLOTS = 10, 6
+N_DIGITS, SLOTS = 5, 6
 FILLER, PLUS, TIMES = N_DIGITS, N_DIGITS + 1, N_DIGITS + 2
 VOCAB = N_DIGITS + 3
 N_LAYERS, N_HEADS = 2, 4
@@ -139,6 +139,15 @@ def train_known_circuit_model(*, steps: int = 1500, batch_size: int = 128, seed:
     """
     if steps < 1 or batch_size < 2:
         raise ParameterError("training needs steps >= 1 and batch_size >= 2")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tensors this small gain nothing from threads; one makes the model the same everywhere
+    try:
+        return _train(steps, batch_size, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(steps: int, batch_size: int, seed: int) -> KnownCircuitModel:
     model = _build(seed)
     decomposed = decompose(model)
     mask = known_circuit_mask(decomposed.graph)

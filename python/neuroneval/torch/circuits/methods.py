@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from neuroneval.circuits.results import CIRCUIT_METHODS
 from neuroneval.errors import ParameterError, ShapeError
 
 from .models import DecomposedModel
@@ -39,7 +40,7 @@ __all__ = ["EXACT_EDGE_LIMIT", "METHODS", "Batch", "faithfulness_metrics", "mean
 
 Tensor = torch.Tensor
 
-METHODS = ("random", "eap", "eap-ig-inputs", "eap-ig-activations", "exact")
+METHODS = CIRCUIT_METHODS
 #: The largest graph `exact` scores (one patched pass per edge and batch).
 EXACT_EDGE_LIMIT = 20_000
 
