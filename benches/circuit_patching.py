@@ -49,6 +49,8 @@ if str(HERE) not in sys.path:
 if str(TESTS) not in sys.path:
     sys.path.append(str(TESTS))
 
+import _workload  # noqa: E402
+
 
 @dataclass(frozen=True)
 class CircuitSize:
@@ -201,11 +203,7 @@ def measure(hf: Any, batch: Any, size: CircuitSize, log: Callable[[str], None] =
 
 
 def fmt_rate(x: float) -> str:
-    if x >= 1e6:
-        return f"{x / 1e6:.2f} M/s"
-    if x >= 1e3:
-        return f"{x / 1e3:.1f} k/s"
-    return f"{x:.1f} /s"
+    return _workload.fmt_rate(x) + "/s"
 
 
 def table(r: dict[str, Any], model_name: str) -> str:
