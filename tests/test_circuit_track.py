@@ -83,7 +83,7 @@ def test_the_track_writes_a_run_that_reads_back(tmp_path: Path) -> None:
     )
     result.write(tmp_path / "run")
     back = read_circuit_run(tmp_path / "run")
-    assert back.method_names() == ["random", "eap"]
+    assert back.method_names == ["random", "eap"]
     assert np.array_equal(back.curve("eap").scores, result.curve("eap").scores)
     assert np.array_equal(known_circuit_mask(back.graph()), known_circuit_mask())
 
@@ -139,13 +139,13 @@ def test_smollm2_full_and_empty_circuits_reproduce_its_logits(smollm2) -> None:
 def test_smollm2_ioi_small_run(smollm2) -> None:
     tokenizer, hf = smollm2
     model = decompose(hf)
-    score, evaluation = language_task_batches(model, tokenizer, "ioi", n_score=8, n_eval=16, batch_size=16)
+    score, evaluation = language_task_batches(model, tokenizer, "ioi", n_score=8, n_eval=8, batch_size=8)
     for p in hf.parameters():
         p.requires_grad_(False)
     result = evaluate_methods(
         model, score, evaluation, ["random", "eap", "eap-ig-inputs"], model_name="smollm2", task_name="ioi", steps=3
     )
-    assert result.n_score == 8 and result.n_eval == 16
+    assert result.n_score == 8 and result.n_eval == 8
     assert result.full > 0 > result.empty
     for curve in result.methods:
         assert curve.signed_edges[-1] == model.graph.n_edges
