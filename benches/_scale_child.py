@@ -42,13 +42,20 @@ from scale import (
 
 
 def measured(call: Callable[[], Any]) -> dict[str, Any]:
-    """Wall time and peak resident set of `call`, with the resident set right before it."""
+    """Wall time, CPU time (user + system, every thread of the process) and peak resident
+    set of `call`, with the resident set right before it."""
     reset = reset_peak_rss()
     before = (current_rss_bytes() if reset else None) or peak_rss_bytes()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     call()
-    wall = time.perf_counter() - t0
-    return {"wall_s": wall, "peak_rss_bytes": peak_rss_bytes(), "rss_before_bytes": before, "peak_reset": reset}
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "rss_before_bytes": before,
+        "peak_reset": reset,
+    }
 
 
 def out_of_core(spec: dict[str, Any]) -> dict[str, Any]:

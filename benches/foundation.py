@@ -9,6 +9,8 @@ pytest-benchmark), against its named peer in the same run: scikit-learn's roc_au
 average_precision_score on a random sample of pairs for the rank metrics, numpy.matmul(A.T, C)
 in float64 and float32 for the product metrics and the full score call (one call, in a child
 process). Ratios are neuroneval's throughput over the peer's (above 1: neuroneval is faster).
+Then a float16 copy of the activations: spearman, inverse_auc and inverse_auprc with counting
+ranks (the default for 16-bit values) against the same calls with the radix sort forced.
 A last line estimates spearman's floor: numpy's sort of every unit's order keys on two threads
 plus neuroneval's correlation (the same product without the ranking).
 Progress goes to stderr, the table to stdout.
@@ -93,6 +95,35 @@ def product_rows(w: Workload, matmul: dict[str, float], rounds: int) -> tuple[li
     return rows, worst
 
 
+COUNTING_METRICS = ("spearman", "inverse_auc", "inverse_auprc")
+
+
+def counting_rows(w: Workload, rounds: int) -> list[str]:
+    """A float16 copy of the workload's activations, each rank-based metric with counting
+    ranks (the default for 16-bit values) and with the radix sort forced, on the same data in
+    the same run: the fastest of `rounds` calls each, and the results equal bit for bit."""
+    size, rows = w.size, []
+    half = w.activations.astype(np.float16)
+    for metric in COUNTING_METRICS:
+        times, values = {}, {}
+        for counting in (True, False):
+            neuroneval._core.set_counting_ranks(counting)
+            try:
+                values[counting], times[counting] = best_time(
+                    lambda m=metric: neuroneval.compute(half, w.concepts, [m], alpha=size.alpha)[m], rounds
+                )
+            finally:
+                neuroneval._core.set_counting_ranks(True)
+        if not np.array_equal(values[True], values[False], equal_nan=True):
+            raise SystemExit(f"{metric}: counting ranks and the radix sort disagree on the float16 copy")
+        counted, sorted_ = rate(size.pairs, times[True]), rate(size.pairs, times[False])
+        rows.append(
+            f"| {metric} (float16 copy) | {fmt_rate(counted)} | neuroneval, radix sort forced "
+            f"| {fmt_rate(sorted_)} | {fmt_ratio(counted / sorted_)} |"
+        )
+    return rows
+
+
 def packed_descending_keys(activations: np.ndarray) -> np.ndarray:
     """(K, N) uint64: for each unit, the float32 key that orders its values descending (2^31
     minus the sign-magnitude value) in the high half and the input's index in the low half,
@@ -159,6 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     matmul = time_matmul(w, rounds=rounds)
     more, worst_products = product_rows(w, matmul, rounds)
     rows += more
+    log("a float16 copy: counting ranks against the radix sort")
+    rows += counting_rows(w, rounds)
     log("spearman's floor: numpy sorts every unit's order keys on two threads, then correlation")
     floor_sort, floor_product = spearman_floor(w, rounds)
     del w  # the child builds its own copy

@@ -274,6 +274,38 @@ def test_user_scratch_directory_is_not_deleted(tmp_path: Path, to_file: bool) ->
     assert_same_table(table, neuroneval.score(path, C64, ["auc"]))
 
 
+@pytest.mark.usefixtures("whole_file_reads")
+def test_a_small_row_major_file_is_read_whole_not_through_scratch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row-major file of several blocks that fits the in-memory budget is read once into
+    memory: no scratch copy, the same table as the scratch path, and a NaN deep in the file
+    fails the run before any block is scored."""
+    from neuroneval import _evaluate
+
+    a16 = (np.maximum(A64, 0.3) - 0.3).astype(np.float16)
+    path = _npy(tmp_path, a16)
+    metrics = ["auc", "inverse_auprc", "spearman", "mad"]
+    monkeypatch.setattr(_evaluate, "WHOLE_FILE_BYTES", 0)
+    through_scratch = neuroneval.evaluate(path, C64, metrics, block_units=3, progress=False)
+    monkeypatch.setattr(_evaluate, "WHOLE_FILE_BYTES", 1 << 30)
+
+    def no_scratch(*_: Any, **__: Any) -> None:  # pragma: no cover - reached only on a bug
+        raise AssertionError("a scratch copy was made")
+
+    monkeypatch.setattr(_evaluate._BlockReader, "_transpose", no_scratch)
+    in_memory = neuroneval.evaluate(path, C64, metrics, block_units=3, progress=False)
+    assert_frame_equal(in_memory, through_scratch)
+    assert_same_table(in_memory, neuroneval.score(a16, C64, metrics))
+
+    bad = a16.copy()
+    bad[-1, -1] = np.nan
+    out = tmp_path / "bad.parquet"
+    with pytest.raises(errors.NonFiniteError, match=f"row {len(bad) - 1}, column {bad.shape[1] - 1}"):
+        neuroneval.evaluate(_npy(tmp_path, bad, "bad.npy"), C64, metrics, block_units=3, out=out, progress=False)
+    assert not list(partial_dir(out).glob("part-*"))
+
+
 # ---------------------------------------------------------------------------------------------
 # Resuming.
 # ---------------------------------------------------------------------------------------------

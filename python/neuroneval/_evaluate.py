@@ -11,8 +11,10 @@ How a source is read
     each chunk's columns are appended to one scratch file per block of units (unit-major
     blocks, in the source dtype). Each block's scratch file is then read once and deleted.
     So a row-major file costs one read of the file, one write and one read of a scratch copy
-    of the same size, never one read per block. A run with a single block reads the file
-    once and needs no scratch. Column-major `.npy` files are read block by block directly.
+    of the same size, never one read per block. A run with a single block, or a file of at
+    most `WHOLE_FILE_BYTES` (1 GiB), reads the file once into memory and needs no scratch.
+    Column-major `.npy` files are read block by block directly. Every buffer (row chunks, a
+    chunk's columns per block, the blocks read back) is reused, not allocated per read.
 
 Interrupted runs
     Finished blocks are kept in `<out>.partial/` as parquet parts, each written atomically.
@@ -51,7 +53,7 @@ import polars as pl
 
 from . import _core
 from ._coerce import check_integer
-from .errors import InvalidInputError, NonFiniteError, ParameterError, ResumeError, ShapeError
+from .errors import InvalidInputError, NonFiniteError, ParameterError, ResumeError, ShapeError, SourceError
 from .files import check_output, output_lock, remove_stale_temporaries, write_atomic, writing
 from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, ScoreParams, metric_list
 from .progress import Progress
@@ -70,6 +72,9 @@ DEFAULT_BLOCK_BYTES = 256 << 20
 _MAX_BLOCK_ROWS = 2_000_000
 #: Bytes of rows read from a row-major file at a time during the transposition.
 _CHUNK_BYTES = 64 << 20
+#: A row-major file with several blocks is read whole into memory, not through a scratch
+#: copy, when it is at most this large (or one block is).
+WHOLE_FILE_BYTES = 1 << 30
 _STATE = "run.json"
 #: Written into `<out>.partial/` when a block fails on bad input (see `record_failure`).
 _FAILED = "failed.json"
@@ -280,6 +285,21 @@ def check_finite(acts: Source) -> None:
 def check_finite_rows(chunk: np.ndarray, first_row: int) -> None:
     """A `NonFiniteError` for the first NaN or infinity of a row chunk that starts at row
     `first_row` of the activations."""
+    if chunk.dtype == np.float16 and chunk.flags.c_contiguous:
+        # NaN and infinity are the float16 patterns with every exponent bit set: an integer
+        # test, many times faster than numpy's float16 isfinite, in slices whose temporaries
+        # stay small (no fresh pages per chunk)
+        bits = chunk.reshape(-1).view(np.uint16)
+        step = 1 << 20
+        masked, hit = np.empty(min(step, bits.size), np.uint16), np.empty(min(step, bits.size), bool)
+        for s in range(0, bits.size, step):
+            part = bits[s : s + step]
+            np.bitwise_and(part, 0x7C00, out=masked[: part.size])
+            np.equal(masked[: part.size], 0x7C00, out=hit[: part.size])
+            if hit[: part.size].any():
+                break
+        else:
+            return
     finite = np.isfinite(chunk)
     if not finite.all():
         i, j = np.argwhere(~finite)[0]
@@ -472,16 +492,32 @@ class _BlockReader:
     """Each block's activations as the core reads them: a view of data in memory, or the
     block's scratch copy of a row-major file (made by one pass over the file)."""
 
-    def __init__(self, acts: Source, bounds: list[tuple[int, int]], scratch: Path, report: Progress) -> None:
+    def __init__(
+        self,
+        acts: Source,
+        bounds: list[tuple[int, int]],
+        scratch: Path,
+        report: Progress,
+        whole_file_bytes: int | None = None,
+    ) -> None:
+        if whole_file_bytes is None:
+            whole_file_bytes = WHOLE_FILE_BYTES  # read at call time: tests lower it
         self.acts, self.bounds, self.scratch = acts, bounds, scratch
         self.whole: np.ndarray | None = None
-        self.transposed = acts.row_major_files and len(bounds) > 1
-        if acts.row_major_files and len(bounds) == 1:
-            # One block: read the file once into memory, chunk by chunk into one array (not a
-            # list of chunks joined at the end, which would hold it twice); no scratch copy.
+        # Buffers reused from block to block (two: the next block is read while one is
+        # scored), so that no block costs fresh pages.
+        self._buffers: list[np.ndarray | None] = [None, None]
+        file_bytes = acts.n_rows * acts.n_columns * acts.dtype.itemsize
+        fits = len(bounds) == 1 or file_bytes <= whole_file_bytes
+        self.transposed = acts.row_major_files and not fits
+        if acts.row_major_files and fits:
+            # Read the file once into memory, chunk by chunk into one array (not a list of
+            # chunks joined at the end, which would hold it twice); no scratch copy.
             self.whole = np.empty(acts.shape, dtype=acts.dtype)
             row = 0
-            for chunk in acts.row_chunks(_chunk_rows(acts)):
+            for chunk in acts.row_chunks(_chunk_rows(acts), reuse=True):
+                if len(bounds) > 1:  # so that a NaN fails the run before any block is scored
+                    check_finite_rows(chunk, row)
                 self.whole[row : row + chunk.shape[0]] = chunk
                 row += chunk.shape[0]
         elif self.transposed:
@@ -505,14 +541,19 @@ class _BlockReader:
         with writing(self.scratch, "writing the scratch copy"):
             self.scratch.mkdir(parents=True)
             files = [open(self._file(i), "wb") for i in range(len(self.bounds))]
+            rows = _chunk_rows(self.acts)
+            widest = max(e - s for s, e in self.bounds)
+            staging = np.empty(rows * widest, dtype=self.acts.dtype)  # one block's columns of a chunk
             try:
                 with report.bar("reading", total=self.acts.n_rows, unit="row") as bar:
                     row = 0
-                    for chunk in self.acts.row_chunks(_chunk_rows(self.acts)):
+                    for chunk in self.acts.row_chunks(rows, reuse=True):
                         # Checked as it is read, so a NaN fails the run before any block is scored.
                         check_finite_rows(chunk, row)
                         for f, (s, e) in zip(files, self.bounds, strict=True):
-                            f.write(np.ascontiguousarray(chunk[:, s:e]).data)
+                            part = staging[: chunk.shape[0] * (e - s)].reshape(chunk.shape[0], e - s)
+                            np.copyto(part, chunk[:, s:e])
+                            f.write(part.data)
                         row += chunk.shape[0]
                         bar.update(chunk.shape[0])
             finally:
@@ -525,8 +566,15 @@ class _BlockReader:
         if self.whole is not None:
             return self.whole[:, start:stop]
         if self.transposed:
-            data = np.fromfile(self._file(block), dtype=self.acts.dtype)
-            return data.reshape(self.acts.n_rows, stop - start)
+            shape = (self.acts.n_rows, stop - start)
+            slot = block % 2
+            buffer = self._buffers[slot]
+            if buffer is None or buffer.size < shape[0] * shape[1]:
+                width = max(e - s for s, e in self.bounds)
+                buffer = self._buffers[slot] = np.empty(shape[0] * width, dtype=self.acts.dtype)
+            data = buffer[: shape[0] * shape[1]].reshape(shape)
+            _read_into(self._file(block), data)
+            return data
         if self.acts.kind == "npy":  # column-major: the block is one contiguous range
             return _read_columns(self.acts, start, stop)
         return self.acts.columns(start, stop).core
@@ -538,6 +586,18 @@ class _BlockReader:
     def close(self) -> None:
         if self.transposed:
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _read_into(path: Path, out: np.ndarray) -> None:
+    """The whole of `path` into `out` (contiguous, exactly the file's size), by plain reads."""
+    view = out.data.cast("B")
+    with open(path, "rb", buffering=0) as f:
+        got = 0
+        while got < len(view):
+            r = f.readinto(view[got:])
+            if not r:
+                raise SourceError(f"the scratch file {path} ended early ({got} of {len(view)} bytes)")
+            got += r
 
 
 def _chunk_rows(acts: Source) -> int:

@@ -166,14 +166,16 @@ class Source:
             core = [np.array(a) if isinstance(a, np.memmap) else a for a in core]
         return replace(self, core=core, _digest=self.fingerprint() if self.files else self._digest)
 
-    def row_chunks(self, rows: int) -> Iterator[np.ndarray]:
+    def row_chunks(self, rows: int, reuse: bool = False) -> Iterator[np.ndarray]:
         """Dense row-major chunks of about `rows` rows, in order, each read once from disk
-        into memory (plain reads, not a memory map, so nothing stays resident)."""
+        into memory (plain reads, not a memory map, so nothing stays resident). With
+        `reuse`, a file's chunks are read into one buffer in turn, so each chunk is valid
+        only until the next is asked for (no fresh pages per chunk for the kernel to zero)."""
         if self.kind == "npy":
-            yield from _npy_row_chunks(self.files[0], rows)
+            yield from _npy_row_chunks(self.files[0], rows, reuse)
         elif self.kind == "shards":
             for f in self.files:
-                yield from _npy_row_chunks(f, rows)
+                yield from _npy_row_chunks(f, rows, reuse)
         elif isinstance(self.core, np.ndarray):
             for s in range(0, self.n_rows, rows):
                 yield np.asarray(self.core[s : s + rows])
@@ -308,7 +310,7 @@ def _open_npy(path: Path, what: str, *, allow_no_rows: bool = False) -> np.ndarr
     return np.asarray(arr) if dtype.kind in "biu" else arr
 
 
-def _npy_row_chunks(path: Path, rows: int) -> Iterator[np.ndarray]:
+def _npy_row_chunks(path: Path, rows: int, reuse: bool = False) -> Iterator[np.ndarray]:
     shape, fortran, dtype, offset = _npy_header(path)
     if fortran:  # a column-major file: fall back to a memory map, one row slice at a time
         arr = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F")
@@ -316,10 +318,12 @@ def _npy_row_chunks(path: Path, rows: int) -> Iterator[np.ndarray]:
             yield np.ascontiguousarray(arr[s : s + rows])
         return
     n, k = shape
+    buffer = np.empty(min(rows, n) * k, dtype=dtype) if reuse else None
     with open(path, "rb", buffering=0) as f:
         f.seek(offset)
         for s in range(0, n, rows):
-            chunk = np.empty((min(rows, n - s), k), dtype=dtype)
+            size = (min(rows, n - s), k)
+            chunk = np.empty(size, dtype=dtype) if buffer is None else buffer[: size[0] * k].reshape(size)
             view = chunk.data.cast("B")
             got = 0
             while got < len(view):

@@ -58,7 +58,13 @@ def main(argv: list[str] | None = None) -> None:
     model = decompose(hf)
     # enough examples drawn that `examples` of them share a prompt length: one batch
     score, _ = language_task_batches(
-        model, tokenizer, "ioi", n_score=args.examples, n_eval=8 * args.examples, seed=args.seed, batch_size=args.examples
+        model,
+        tokenizer,
+        "ioi",
+        n_score=args.examples,
+        n_eval=8 * args.examples,
+        seed=args.seed,
+        batch_size=args.examples,
     )
     batch = score[0]
     methods = {

@@ -8,12 +8,13 @@ use rayon::prelude::*;
 use crate::concepts::ConceptSet;
 use crate::error::{CoreError, Result};
 use crate::metric::{Metric, Needs, Params};
-use crate::numeric::resize_for_overwrite;
+use crate::numeric::{compact_nonzeros, resize_for_overwrite};
 use crate::pair::{ForwardSums, InverseSums, PairKernel, Precomputed, Products};
 use crate::radix::SortScratch;
+use crate::ranks::RankOutputs;
 use crate::source::MatrixSource;
-use crate::sweep::{self, WalkLabels};
-use crate::unit::UnitProfile;
+use crate::sweep::{self, ByConcept, InverseLayout, WalkLabels};
+use crate::unit::{UnitProfile, PAIR_KERNEL_RANKS};
 
 /// Units transformed and multiplied together: at most 32 ([`crate::gemm::MAX_ROWS`]), fewer
 /// when N is so large that 32 units' transforms would take more than a few hundred
@@ -117,26 +118,43 @@ pub fn score_matrix(
     // Cheap checks of the activations first, the concepts' transforms after.
     check_activations(activations, concepts.rows(), &all_units, first_unit)?;
     let concepts = ConceptSet::build(concepts, None, &Needs::of(metrics), true)?;
-    score_checked(activations, &concepts, metrics, params, first_unit)
+    score_checked(activations, &concepts, metrics, params, first_unit, None)
 }
 
 /// [`score_matrix`] against concepts transformed once by [`ConceptSet::build`] (with
 /// `for_matrix` and the needs of these metrics), for callers that score many blocks of units.
 /// `first_unit` is the index of the source's first column among all units: the top-random
 /// metrics seed each unit's draw by that index, so a block scores as the whole matrix would.
+///
+/// `kept`, when given, lends each thread its buffers and takes them back after the call, so
+/// that the next call (the next block of units) reuses them instead of faulting in fresh
+/// memory: at N = 10^6 a call's buffers are hundreds of megabytes, whose zeroing by the
+/// kernel costs about 4 ns of CPU per activation value of a 134-unit block.
 pub fn score_matrix_with(
     activations: &dyn MatrixSource,
     concepts: &ConceptSet,
     metrics: &[Metric],
     params: &Params,
     first_unit: usize,
+    kept: Option<&KeptBuffers>,
 ) -> Result<Scores> {
     params.validate()?;
     check_metrics(metrics)?;
     concepts.check_prepared_for(&Needs::of(metrics))?;
     let all_units: Vec<usize> = (0..activations.cols()).collect();
     check_activations(activations, concepts.n_inputs, &all_units, first_unit)?;
-    score_checked(activations, concepts, metrics, params, first_unit)
+    score_checked(activations, concepts, metrics, params, first_unit, kept)
+}
+
+/// The per-thread buffers of matrix calls, kept from one call to the next by its owner (the
+/// binding keeps them with prepared concepts: freed when those are).
+#[derive(Default)]
+pub struct KeptBuffers(Mutex<Vec<Workspace>>);
+
+impl std::fmt::Debug for KeptBuffers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeptBuffers")
+    }
 }
 
 /// [`score_matrix_with`] once the inputs are checked.
@@ -146,6 +164,7 @@ fn score_checked(
     metrics: &[Metric],
     params: &Params,
     first_unit: usize,
+    kept: Option<&KeptBuffers>,
 ) -> Result<Scores> {
     let needs = Needs::of(metrics);
     let k = activations.cols();
@@ -167,14 +186,36 @@ fn score_checked(
         blocks.push((start, slices));
     }
 
+    // How the inverse metrics reach every unit: the call's labels and N decide it.
+    let layout = sweep::inverse_layout(
+        concepts.labels.concept.len(),
+        concepts.len(),
+        concepts.n_inputs,
+    );
+    let ranks = match layout {
+        InverseLayout::ByConcept => RankOutputs {
+            order: false,
+            at_least: needs.inverse_ap,
+        },
+        InverseLayout::Walk => RankOutputs {
+            order: needs.inverse_ap,
+            at_least: false,
+        },
+    };
     let job = Job {
         needs,
+        layout,
+        ranks,
         params,
         metrics,
         first_unit,
-        workspaces: (0..rayon::current_num_threads().max(1))
-            .map(|_| Mutex::default())
-            .collect(),
+        workspaces: {
+            let mut lent = kept.map_or_else(Vec::new, |k| {
+                std::mem::take(&mut *k.0.lock().unwrap_or_else(|p| p.into_inner()))
+            });
+            lent.resize_with(rayon::current_num_threads().max(1), Workspace::default);
+            lent.into_iter().map(Mutex::new).collect()
+        },
         forward_all_inputs: OnceLock::new(),
     };
     // One block per task: rayon's default pieces hold several blocks each, run in turn, and a
@@ -186,12 +227,22 @@ fn score_checked(
             let units: Vec<usize> = (start..(start + block).min(k)).collect();
             score_block(activations, concepts, &units, &job, &mut outs);
         });
+    if let Some(kept) = kept {
+        let back = job
+            .workspaces
+            .into_iter()
+            .map(|w| w.into_inner().unwrap_or_else(|p| p.into_inner()));
+        *kept.0.lock().unwrap_or_else(|p| p.into_inner()) = back.collect();
+    }
     Ok(outputs)
 }
 
 /// What every block of one matrix call shares.
 struct Job<'a> {
     needs: Needs,
+    /// How the inverse metrics reach the units, and what their rankings must hold.
+    layout: InverseLayout,
+    ranks: RankOutputs,
     params: &'a Params,
     metrics: &'a [Metric],
     /// The global index of the source's first column.
@@ -222,6 +273,7 @@ fn score_block(
         entry_rows,
         entry_values,
         walk,
+        by_concept,
     } = &mut *w;
     let n = activations.rows();
     profiles.resize_with(units.len(), UnitProfile::default);
@@ -264,16 +316,14 @@ fn score_block(
         activations.columns_into(&cols, columns);
         for (&(b, tried), a) in pending.iter().zip(columns.chunks(n)) {
             let unit = job.first_unit + units[b];
-            let mostly_zeros =
-                !tried && sparse_ok && 2 * a.iter().filter(|&&v| v == 0.0).count() > n;
-            let built = mostly_zeros && {
-                entry_rows.clear();
-                entry_values.clear();
-                for (i, &v) in a.iter().enumerate().filter(|(_, &v)| v != 0.0) {
-                    entry_rows.push(i as u32);
-                    entry_values.push(v);
+            // (the entries first, counted after: one pass, not a count and then a copy)
+            let built = !tried
+                && sparse_ok
+                && {
+                    compact_nonzeros(a, entry_rows, entry_values);
+                    2 * entry_rows.len() < n
                 }
-                sparse_transform(
+                && sparse_transform(
                     &mut profiles[b],
                     n,
                     entry_rows,
@@ -281,14 +331,13 @@ fn score_block(
                     unit,
                     job,
                     sort,
-                )
-            };
+                );
             if !built {
-                profiles[b].rebuild(a, unit, needs, job.params, sort, false);
+                profiles[b].rebuild(a, unit, needs, job.params, sort, job.ranks);
             }
         }
     }
-    score_profiles(profiles, concepts, job, walk, outs);
+    score_profiles(profiles, concepts, job, walk, by_concept, outs);
 }
 
 /// [`UnitProfile::rebuild_sparse`] with the call's needs and parameters.
@@ -301,19 +350,22 @@ fn sparse_transform(
     job: &Job<'_>,
     sort: &mut SortScratch,
 ) -> bool {
-    profile.rebuild_sparse(n, rows, values, unit, &job.needs, job.params, sort)
+    profile.rebuild_sparse(
+        n, rows, values, unit, &job.needs, job.params, sort, job.ranks,
+    )
 }
 
 /// Buffers one thread reuses from block to block of a call: at N = 10^6 fresh ones would
 /// cost more in page faults than the transforms themselves. Freed when the call returns.
 #[derive(Default)]
-struct Workspace {
+pub struct Workspace {
     columns: Vec<f64>,
     profiles: Vec<UnitProfile>,
     sort: SortScratch,
     entry_rows: Vec<u32>,
     entry_values: Vec<f64>,
     walk: WalkLabels,
+    by_concept: ByConcept,
 }
 
 /// Multiplies the block's transformed units with dense concepts if there are any, then runs
@@ -323,11 +375,11 @@ fn score_profiles(
     concepts: &ConceptSet,
     job: &Job<'_>,
     walk: &mut WalkLabels,
+    by_concept: &mut ByConcept,
     outs: &mut [&mut [f64]],
 ) {
     let (needs, params, metrics) = (&job.needs, job.params, job.metrics);
     let t = concepts.len();
-
     let dense = match (&concepts.dense, needs.products || needs.rank_products) {
         (Some(dense), true) => Some(dense_products(profiles, concepts, dense, needs)),
         _ => None,
@@ -351,10 +403,12 @@ fn score_profiles(
                 .collect()
         });
 
-    // The label sums of the inverse metrics, likewise tiled over the block's dense units
-    // (a sparse unit's come from its own sweep over its entries).
+    // The label sums of the inverse metrics, likewise tiled over the block's dense units when
+    // they walk (a sparse unit's come from its own sweep over its entries; concept by
+    // concept, with the AP's gathers).
     let mut label_sums: Vec<Option<Vec<InverseSums>>> = profiles.iter().map(|_| None).collect();
-    if let Some(r) = rows.filter(|_| needs.inverse_sums) {
+    let walked = job.layout == InverseLayout::Walk;
+    if let Some(r) = rows.filter(|_| needs.inverse_sums && walked) {
         let dense_units: Vec<&UnitProfile> =
             profiles.iter().filter(|p| p.sparse.is_none()).collect();
         let mut sums = sweep::label_sums(&dense_units, concepts, r, needs).into_iter();
@@ -378,9 +432,14 @@ fn score_profiles(
                 sweep::forward(profile, concepts, r, needs)
             }
         });
-        let inverse = needs.inverse.then(|| match &profile.sparse {
-            Some(sp) => sweep::inverse_sparse(profile, sp, concepts, &concepts.labels, needs, walk),
-            None => sweep::inverse(
+        let inverse = needs.inverse.then(|| match (&profile.sparse, job.layout) {
+            (_, InverseLayout::ByConcept) => {
+                sweep::inverse_by_concept(profile, concepts, &concepts.labels, needs, by_concept)
+            }
+            (Some(sp), InverseLayout::Walk) => {
+                sweep::inverse_sparse(profile, sp, concepts, &concepts.labels, needs, walk)
+            }
+            (None, InverseLayout::Walk) => sweep::inverse(
                 profile,
                 concepts,
                 &concepts.labels,
@@ -531,7 +590,14 @@ fn score_pairs_at(
             sort,
             kernel,
         } = bufs;
-        profile.rebuild(a, first_unit + unit, &needs, params, sort, true);
+        profile.rebuild(
+            a,
+            first_unit + unit,
+            &needs,
+            params,
+            sort,
+            PAIR_KERNEL_RANKS,
+        );
         group
             .iter()
             .map(|&p| {

@@ -8,6 +8,12 @@ use rayon::prelude::*;
 pub trait Element: Copy + Send + Sync + 'static {
     fn to_f64(self) -> f64;
 
+    /// Whether the value is finite (a bit test for half precision, not a conversion).
+    #[inline(always)]
+    fn is_finite(self) -> bool {
+        self.to_f64().is_finite()
+    }
+
     /// The slice itself when the elements are float32 (for loops written for that type).
     #[inline(always)]
     fn as_f32(_values: &[Self]) -> Option<&[f32]> {
@@ -46,6 +52,11 @@ impl Element for half::f16 {
     #[inline(always)]
     fn to_f64(self) -> f64 {
         self.to_f64()
+    }
+
+    #[inline(always)]
+    fn is_finite(self) -> bool {
+        self.to_bits() & 0x7c00 != 0x7c00
     }
 }
 
@@ -545,7 +556,7 @@ fn column_nonzeros<E: Element>(column: &[E], row_offset: usize, index: &mut Vec<
 
 /// Whether every value of a slice is finite (folded without early exit, so that it vectorises).
 fn slice_finite<E: Element>(values: &[E]) -> bool {
-    values.iter().fold(true, |ok, v| ok & v.to_f64().is_finite())
+    values.iter().fold(true, |ok, v| ok & v.is_finite())
 }
 
 /// Whether every value of rows `rows` in the column span `span` of a row-major view is finite
@@ -553,7 +564,7 @@ fn slice_finite<E: Element>(values: &[E]) -> bool {
 fn rows_finite<E: Element>(view: &MatrixView<'_, E>, rows: std::ops::Range<usize>, span: std::ops::Range<usize>) -> bool {
     rows.into_iter().all(|i| {
         view.row_segment(i, span.clone())
-            .is_some_and(|row| row.iter().fold(true, |ok, v| ok & v.to_f64().is_finite()))
+            .is_some_and(|row| row.iter().fold(true, |ok, v| ok & v.is_finite()))
     })
 }
 }

@@ -2,7 +2,10 @@
 //! vectors. The sort they rest on is [`crate::radix`]'s.
 
 use crate::numeric::resize_for_overwrite;
-use crate::radix::{descending_key, sort_descending_into, SortScratch, SortedKeys};
+use crate::radix::{
+    bin_starts, descending_key, pack_keys, radix_sort_packed, sort_descending_into, Bins, Packing,
+    RadixKeys, SortScratch, SortedKeys,
+};
 
 /// A vector's ranking: its descending order (ties by index), each element's ascending
 /// midrank (1 = smallest, ties averaged) and the number of elements >= it (the end of its
@@ -43,37 +46,134 @@ pub fn rank(values: &[f64]) -> Ranking {
 
 /// [`rank`] into `r`, reusing its vectors and the sort's buffers.
 pub fn rank_into(values: &[f64], r: &mut Ranking, scratch: &mut SortScratch) {
-    rank_into_with(values, r, scratch, true, 0.0);
+    rank_into_with(values, r, scratch, RankOutputs::ALL, 0.0);
 }
 
-/// [`rank_into`], leaving `r.at_least` empty unless `with_at_least` (callers that walk the
-/// order read `group_end` instead and save a scattered write per value), and with
-/// `midrank_offset` subtracted from every midrank as it is written ((N + 1) / 2 centres
-/// them; the midranks and that offset are half-integers, so the difference is exact).
+/// Which of a [`Ranking`]'s per-element outputs a caller reads, besides the midranks and the
+/// tie sum (always there). An output not asked for may be there anyway (the radix path has
+/// the order whatever is asked), or empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankOutputs {
+    /// `order` and `group_end`, for walks down the ranking.
+    pub order: bool,
+    /// `at_least`, by element.
+    pub at_least: bool,
+}
+
+impl RankOutputs {
+    pub const ALL: RankOutputs = RankOutputs {
+        order: true,
+        at_least: true,
+    };
+}
+
+/// [`rank_into`] with only `outputs` asked for, and with `midrank_offset` subtracted from
+/// every midrank as it is written ((N + 1) / 2 centres them; the midranks and that offset are
+/// half-integers, so the difference is exact).
+///
+/// Values whose float32 keys span few bins (float16 and bfloat16 values, small integers:
+/// [`crate::radix::COUNTING_BINS`]) are ranked by counting: a histogram of the bins, its
+/// prefix sum, then each value's midrank from its bin's start and end, in input order, with
+/// no sort at all unless the order is asked for (then one stable counting pass). Other values
+/// are sorted by the radix sort and ranked by a walk over the sorted keys. Both give the same
+/// bits: the same integers (a group's start and end in the descending order) enter the same
+/// formula.
 pub fn rank_into_with(
     values: &[f64],
     r: &mut Ranking,
     scratch: &mut SortScratch,
-    with_at_least: bool,
+    outputs: RankOutputs,
     midrank_offset: f64,
 ) {
-    sort_descending_into(values, &mut r.order, scratch);
-    // Tie groups from the sorted keys, read in order (equal keys: equal values), rather
-    // than from the values read at random through the order.
-    match scratch.sorted {
-        SortedKeys::Packed => {
-            let packed = &scratch.packed;
-            assign_ranks(r, with_at_least, midrank_offset, |q| packed[q] >> 32);
-        }
-        SortedKeys::Keyed => {
-            let keyed = &scratch.keyed;
-            assign_ranks(r, with_at_least, midrank_offset, |q| keyed[q].0);
-        }
-        SortedKeys::None => {
+    r.order.clear();
+    match pack_keys(values, scratch) {
+        Packing::Counting(bins) => counting_ranks(r, scratch, bins, outputs, midrank_offset),
+        Packing::Radix(keys) => ranks_by_sorting(values, r, scratch, keys, outputs, midrank_offset),
+        Packing::Short => {
+            sort_descending_into(values, &mut r.order, scratch);
             let order = r.order.clone();
-            assign_ranks(r, with_at_least, midrank_offset, |q| {
+            assign_ranks(r, outputs.at_least, midrank_offset, |q| {
                 descending_key(values[order[q] as usize])
             });
+        }
+    }
+}
+
+/// [`rank_into_with`] by the radix sort of the keys packed in `scratch.packed`.
+fn ranks_by_sorting(
+    values: &[f64],
+    r: &mut Ranking,
+    scratch: &mut SortScratch,
+    keys: RadixKeys,
+    outputs: RankOutputs,
+    midrank_offset: f64,
+) {
+    radix_sort_packed(values, scratch, keys);
+    match scratch.sorted {
+        SortedKeys::Packed => {
+            r.order.extend(scratch.packed.iter().map(|&x| x as u32));
+            let packed = &scratch.packed;
+            assign_ranks(r, outputs.at_least, midrank_offset, |q| packed[q] >> 32);
+        }
+        _ => {
+            r.order.extend(scratch.keyed.iter().map(|&(_, i)| i));
+            let keyed = &scratch.keyed;
+            assign_ranks(r, outputs.at_least, midrank_offset, |q| keyed[q].0);
+        }
+    }
+}
+
+/// [`rank_into_with`] for keys packed in `scratch.packed` that span `bins`.
+fn counting_ranks(
+    r: &mut Ranking,
+    scratch: &mut SortScratch,
+    bins: Bins,
+    outputs: RankOutputs,
+    midrank_offset: f64,
+) {
+    let packed = &scratch.packed;
+    let n = packed.len();
+    let starts = &mut scratch.starts;
+    bin_starts(packed, bins, starts, &mut scratch.cursor);
+    r.tie_sum = starts
+        .windows(2)
+        .map(|w| tie_term((w[1] - w[0]) as usize))
+        .sum();
+    // descending positions start+1..=end average (start + 1 + end) / 2, as in `assign_ranks`
+    let top = (n + 1) as f64 - midrank_offset;
+    resize_for_overwrite(&mut r.midrank, n);
+    let bounds = |item: u64| {
+        let b = bins.of(item);
+        (starts[b], starts[b + 1])
+    };
+    if outputs.at_least {
+        resize_for_overwrite(&mut r.at_least, n);
+        for ((m, g), &item) in r.midrank.iter_mut().zip(r.at_least.iter_mut()).zip(packed) {
+            let (start, end) = bounds(item);
+            *m = top - (start + 1 + end) as f64 / 2.0;
+            *g = end;
+        }
+    } else {
+        r.at_least.clear();
+        for (m, &item) in r.midrank.iter_mut().zip(packed) {
+            let (start, end) = bounds(item);
+            *m = top - (start + 1 + end) as f64 / 2.0;
+        }
+    }
+    r.group_end.clear();
+    if outputs.order {
+        // a stable counting pass: ties keep input order, as the radix sort's
+        let cursor = &mut scratch.cursor;
+        cursor.clear();
+        cursor.extend_from_slice(&starts[..bins.count]);
+        resize_for_overwrite(&mut r.order, n);
+        resize_for_overwrite(&mut r.group_end, n);
+        for (i, &item) in packed.iter().enumerate() {
+            let b = bins.of(item);
+            let q = cursor[b] as usize;
+            cursor[b] += 1;
+            r.order[q] = i as u32;
+            r.group_end[q] = starts[b + 1];
         }
     }
 }
@@ -186,22 +286,36 @@ pub fn group_weight(at_least: usize) -> f64 {
 /// which must be at least every value in `at_least`.
 pub fn ap_with_tail(at_least: &mut [u32], n_pos: usize, tail_count: usize, tail_at: usize) -> f64 {
     at_least.sort_unstable();
+    ap_of_sorted(at_least, tail_at, tail_count, n_pos)
+}
+
+/// [`ap_with_tail`] of group sizes already sorted ascending, with `extra_count` more
+/// positives in a group of size `extra_at` taken in its place (after the groups of sizes up
+/// to `extra_at`; as the tail when it is at least every size): the prediction sets in turn,
+/// each tie group's positives at once (cnt * TP / size).
+pub fn ap_of_sorted(at_least: &[u32], extra_at: usize, extra_count: usize, n_pos: usize) -> f64 {
     let mut ap = 0.0;
     let mut tp = 0usize;
+    let mut extra = (extra_count > 0).then_some((extra_at, extra_count));
+    let mut add = |cnt: usize, g: usize, ap: &mut f64| {
+        tp += cnt;
+        *ap += cnt as f64 * tp as f64 * group_weight(g);
+    };
     let mut j = 0;
     while j < at_least.len() {
         let g = at_least[j];
+        if let Some((at, cnt)) = extra.take_if(|&mut (at, _)| at < g as usize) {
+            add(cnt, at, &mut ap);
+        }
         let mut cnt = 0;
         while j < at_least.len() && at_least[j] == g {
             cnt += 1;
             j += 1;
         }
-        tp += cnt;
-        ap += cnt as f64 * tp as f64 * group_weight(g as usize);
+        add(cnt, g as usize, &mut ap);
     }
-    if tail_count > 0 {
-        tp += tail_count;
-        ap += tail_count as f64 * tp as f64 * group_weight(tail_at);
+    if let Some((at, cnt)) = extra {
+        add(cnt, at, &mut ap);
     }
     finish_ap(ap, n_pos)
 }
@@ -260,7 +374,7 @@ mod tests {
                 &values,
                 &mut centred,
                 &mut SortScratch::default(),
-                false,
+                RankOutputs::ALL,
                 mid,
             );
             let want: Vec<f64> = plain.midrank.iter().map(|m| m - mid).collect();
@@ -283,6 +397,122 @@ mod tests {
         }
         // one tie group: every midrank is the mean, the spread is 0
         assert_eq!(centred_rank_norm(10, 990), 0.0);
+    }
+
+    /// Vectors of 16-bit values: float16 (ReLU-like, with zeros of both signs, subnormals,
+    /// negatives and heavy ties), bfloat16, small integers, and one huge tie group.
+    fn sixteen_bit_vectors() -> Vec<(&'static str, Vec<f64>)> {
+        let mut state = 2024u64;
+        let mut next = move || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        // rounds to float16 by keeping 11 significant bits (and flushing below 2^-24)
+        let to_f16 = |v: f64| -> f64 {
+            if v.abs() < 2f64.powi(-24) {
+                return 0.0;
+            }
+            let e = v.abs().log2().floor().max(-14.0);
+            let step = 2f64.powf(e - 10.0);
+            (v / step).round() * step
+        };
+        let n = 20_000;
+        let relu: Vec<f64> = (0..n)
+            .map(|_| {
+                let z = next() * 4.0 - 2.6;
+                if z <= 0.0 {
+                    if next() < 0.5 {
+                        0.0
+                    } else {
+                        -0.0
+                    }
+                } else {
+                    to_f16(z * z * z)
+                }
+            })
+            .collect();
+        let signed_tiny: Vec<f64> = (0..n)
+            .map(|_| to_f16((next() - 0.5) * 2f64.powi(-12) * next()))
+            .collect();
+        let wide: Vec<f64> = (0..n)
+            .map(|_| to_f16((next() - 0.5) * 2f64.powf(next() * 40.0 - 24.0)))
+            .collect();
+        let bf16: Vec<f64> = (0..n)
+            .map(|_| {
+                let v = ((next() - 0.3) * 1e4) as f32;
+                f32::from_bits(v.to_bits() & 0xffff_0000) as f64
+            })
+            .collect();
+        let integers: Vec<f64> = (0..n).map(|_| (next() * 300.0).floor() - 40.0).collect();
+        let mut one_group = vec![0.5; n];
+        one_group[7] = 0.25;
+        vec![
+            ("float16 relu", relu.clone()),
+            ("float16 relu, short", relu[..5000].to_vec()),
+            ("float16 signed tiny", signed_tiny),
+            ("float16 wide", wide),
+            ("bfloat16", bf16),
+            ("integers, long", integers),
+            ("one group", one_group),
+        ]
+    }
+
+    /// Counting ranks and the radix path give the same bits: midranks (centred or not), tie
+    /// sums, group ends by input, and the order with its group ends.
+    #[test]
+    fn counting_ranks_equal_sorted_ranks() {
+        for (name, values) in sixteen_bit_vectors() {
+            let mut scratch = SortScratch::default();
+            assert!(
+                matches!(pack_keys(&values, &mut scratch), Packing::Counting(_)),
+                "{name}: not ranked by counting"
+            );
+            for offset in [0.0, (values.len() as f64 + 1.0) / 2.0] {
+                let mut counted = Ranking::default();
+                rank_into_with(
+                    &values,
+                    &mut counted,
+                    &mut scratch,
+                    RankOutputs::ALL,
+                    offset,
+                );
+                let mut sorted = Ranking::default();
+                let keys = crate::radix::radix_keys(&values, &mut scratch);
+                ranks_by_sorting(
+                    &values,
+                    &mut sorted,
+                    &mut scratch,
+                    keys,
+                    RankOutputs::ALL,
+                    offset,
+                );
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&counted.midrank), bits(&sorted.midrank), "{name}");
+                assert_eq!(counted.tie_sum, sorted.tie_sum, "{name}");
+                assert_eq!(counted.at_least, sorted.at_least, "{name}");
+                assert_eq!(counted.order, sorted.order, "{name}");
+                assert_eq!(counted.group_end, sorted.group_end, "{name}");
+                // without the order: the same midranks, no order
+                let mut bare = Ranking::default();
+                let outputs = RankOutputs {
+                    order: false,
+                    at_least: false,
+                };
+                rank_into_with(&values, &mut bare, &mut scratch, outputs, offset);
+                assert_eq!(bits(&bare.midrank), bits(&sorted.midrank), "{name}");
+                assert!(bare.order.is_empty() && bare.at_least.is_empty(), "{name}");
+            }
+        }
+        // float32 values that span many bins take the radix path
+        let spread: Vec<f64> = (0..5000)
+            .map(|i| (i as f64 * 0.377).sin() as f32 as f64)
+            .collect();
+        assert!(matches!(
+            pack_keys(&spread, &mut SortScratch::default()),
+            Packing::Radix(_)
+        ));
     }
 
     #[test]

@@ -6,8 +6,14 @@ use crate::numeric::{
     robust_norm_slice_with_max, sum_and_max_abs,
 };
 use crate::radix::SortScratch;
-use crate::ranks::{centred_rank_norm, rank, rank_into_with, tie_term, Ranking};
+use crate::ranks::{centred_rank_norm, rank, rank_into_with, tie_term, RankOutputs, Ranking};
 use crate::rng::SplitMix64;
+
+/// The ranking outputs the pair kernel reads: each input's group end (`at_least`).
+pub const PAIR_KERNEL_RANKS: RankOutputs = RankOutputs {
+    order: false,
+    at_least: true,
+};
 
 /// What the pair kernels read about one unit a_k.
 #[derive(Debug, Default)]
@@ -59,14 +65,22 @@ impl UnitProfile {
     /// Transforms unit `unit` (its activations `a`, already validated finite).
     pub fn build(a: &[f64], unit: usize, needs: &Needs, params: &Params) -> UnitProfile {
         let mut p = UnitProfile::default();
-        p.rebuild(a, unit, needs, params, &mut SortScratch::default(), true);
+        p.rebuild(
+            a,
+            unit,
+            needs,
+            params,
+            &mut SortScratch::default(),
+            PAIR_KERNEL_RANKS,
+        );
         p
     }
 
     /// [`UnitProfile::build`] into this profile, reusing its vectors and the sort's buffers,
     /// so a thread that transforms many units faults in its memory once. Only what `needs`
-    /// asks for is computed; `for_pair_kernel` adds the per-input group sizes that the pair
-    /// kernel reads (a matrix call's sweeps do not).
+    /// asks for is computed; `ranks` says which per-input outputs of the ranking the caller
+    /// reads (the pair kernel: `at_least`, [`PAIR_KERNEL_RANKS`]; a matrix call's walk down the
+    /// order: `order` and `group_end`).
     pub fn rebuild(
         &mut self,
         a: &[f64],
@@ -74,7 +88,7 @@ impl UnitProfile {
         needs: &Needs,
         params: &Params,
         scratch: &mut SortScratch,
-        for_pair_kernel: bool,
+        ranks: RankOutputs,
     ) {
         let n = a.len();
         self.n = n;
@@ -135,7 +149,7 @@ impl UnitProfile {
         if needs.order {
             // centred by (N + 1) / 2, the mean rank
             let mid = (n as f64 + 1.0) / 2.0;
-            rank_into_with(a, &mut ranking, scratch, for_pair_kernel, mid);
+            rank_into_with(a, &mut ranking, scratch, ranks, mid);
             self.centred_rank_norm = centred_rank_norm(n, ranking.tie_sum);
         } else {
             ranking.order.clear();
@@ -313,6 +327,9 @@ pub struct SparseEntries {
     /// For each position of `order`, the end of its tie group in the order of all inputs
     /// (#{j : a_j >= a_i}), read in order by the AP walk (present with the ranks).
     pub group_end: Vec<u32>,
+    /// The same group end by entry (present with the ranks), read by the sweeps concept by
+    /// concept.
+    pub at_least: Vec<u32>,
     /// Entries above 0: in the descending order of all inputs, the zero group comes right
     /// after them.
     pub n_above: usize,
@@ -368,6 +385,7 @@ impl UnitProfile {
         needs: &Needs,
         params: &Params,
         scratch: &mut SortScratch,
+        ranks: RankOutputs,
     ) -> bool {
         if params.binary_units && (needs.top_set || needs.top_random) {
             return false;
@@ -416,25 +434,39 @@ impl UnitProfile {
         sp.centred_rank.clear();
         sp.order.clear();
         sp.group_end.clear();
-        if needs.order || needs.top_set || needs.top_random {
+        sp.at_least.clear();
+        let n_top = top_count(params.alpha, n);
+        // A top set inside the positive entries needs only its cut (a selection); the ranks,
+        // the top-random draws and a cut among the zeros or below read the order.
+        let top_inside = needs.top_set && n_top <= sp.n_above;
+        let walked = needs.order && ranks.order;
+        if walked || needs.top_random || (needs.top_set && !top_inside) {
             crate::radix::sort_descending_into(values, &mut sp.order, scratch);
         }
-        if needs.order {
+        if needs.order && sp.order.is_empty() {
+            self.centred_rank_norm = sparse_ranks_unordered(&mut sp, n, scratch);
+        } else if needs.order {
             self.centred_rank_norm = sparse_ranks(&mut sp, n);
         } else {
             self.centred_rank_norm = 0.0;
         }
         if needs.top_set {
-            let n_top = top_count(params.alpha, n);
-            if n_top <= sp.n_above {
+            if top_inside {
                 // b lies inside the positive entries: ties at the cut included, ascending
-                let cut = values[sp.order[n_top - 1] as usize];
-                self.top.extend(
-                    rows.iter()
-                        .zip(values)
-                        .filter(|(_, &v)| v >= cut)
-                        .map(|(&i, _)| i),
-                );
+                if sp.order.is_empty() {
+                    crate::radix::top_k_set_into(values, n_top, &mut self.top);
+                    for e in self.top.iter_mut() {
+                        *e = rows[*e as usize];
+                    }
+                } else {
+                    let cut = values[sp.order[n_top - 1] as usize];
+                    self.top.extend(
+                        rows.iter()
+                            .zip(values)
+                            .filter(|(_, &v)| v >= cut)
+                            .map(|(&i, _)| i),
+                    );
+                }
                 self.n_top = self.top.len();
             } else {
                 // b takes in the zero group; it is every input when no entry lies below
@@ -473,6 +505,44 @@ impl UnitProfile {
     }
 }
 
+/// [`sparse_ranks`] without the order, for callers that read the entries' midranks and
+/// group ends by entry only (`centred_rank`, `at_least`; `group_end` stays empty): the
+/// entries' own ranking (by counting, for 16-bit values) shifted around the zero group. Each
+/// midrank is a half-integer reached by exact steps, so it has the bits `sparse_ranks` gives.
+fn sparse_ranks_unordered(sp: &mut SparseEntries, n: usize, scratch: &mut SortScratch) -> f64 {
+    let mut ranking = Ranking {
+        midrank: std::mem::take(&mut sp.centred_rank),
+        at_least: std::mem::take(&mut sp.at_least),
+        ..Ranking::default()
+    };
+    let outputs = RankOutputs {
+        order: false,
+        at_least: true,
+    };
+    rank_into_with(&sp.values, &mut ranking, scratch, outputs, 0.0);
+    let mid = (n as f64 + 1.0) / 2.0;
+    let n_zero = sp.n_zero;
+    for ((m, g), &v) in ranking
+        .midrank
+        .iter_mut()
+        .zip(ranking.at_least.iter_mut())
+        .zip(&sp.values)
+    {
+        // above 0: every zero ranks below the entry; below 0: every zero is at least it
+        if v > 0.0 {
+            *m += n_zero as f64;
+        } else {
+            *g += n_zero as u32;
+        }
+        *m -= mid;
+    }
+    (sp.centred_rank, sp.at_least) = (ranking.midrank, ranking.at_least);
+    let (first, last) = (sp.n_above, sp.n_above + sp.n_zero);
+    sp.zero_centred_rank = (n + 1) as f64 - (first + 1 + last) as f64 / 2.0 - mid;
+    sp.zero_at_least = last as u32;
+    centred_rank_norm(n, ranking.tie_sum + tie_term(sp.n_zero))
+}
+
 /// Midranks and group ends of the entries within all n inputs (the zero group sits between
 /// the positive and the negative entries); returns the centred-rank norm.
 fn sparse_ranks(sp: &mut SparseEntries, n: usize) -> f64 {
@@ -481,6 +551,7 @@ fn sparse_ranks(sp: &mut SparseEntries, n: usize) -> f64 {
     // position in the order of all inputs of the entry at position q of the entries' order
     let full = |q: usize| if q < sp.n_above { q } else { q + sp.n_zero };
     sp.centred_rank.resize(nnz, 0.0);
+    sp.at_least.resize(nnz, 0);
     sp.group_end.clear();
     // the tie terms of the entries' groups and of the zero group (see `centred_rank_norm`)
     let mut tie_sum = 0u128;
@@ -496,6 +567,7 @@ fn sparse_ranks(sp: &mut SparseEntries, n: usize) -> f64 {
         let midrank = (n + 1) as f64 - (first + 1 + last) as f64 / 2.0;
         for &e in &sp.order[start..end] {
             sp.centred_rank[e as usize] = midrank - mid;
+            sp.at_least[e as usize] = last as u32;
         }
         sp.group_end
             .extend(std::iter::repeat_n(last as u32, end - start));

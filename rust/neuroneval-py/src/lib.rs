@@ -34,5 +34,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(facts::metric_names, m)?)?;
     m.add_function(wrap_pyfunction!(facts::metric_facts, m)?)?;
     m.add_function(wrap_pyfunction!(pool::num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(pool::set_counting_ranks, m)?)?;
     Ok(())
 }

@@ -164,3 +164,10 @@ pub fn run_sized<T: Send>(
 pub fn num_threads(py: Python<'_>) -> PyResult<usize> {
     configured_threads(py)
 }
+
+/// Ranks vectors of few distinct keys by counting (the default) or, off, by the radix sort:
+/// the same results either way, for benchmarks that compare the two paths.
+#[pyfunction]
+pub fn set_counting_ranks(enabled: bool) {
+    neuroneval_core::radix::set_counting_ranks(enabled);
+}

@@ -15,6 +15,8 @@ use crate::pool::{run_sized, Work};
 #[pyclass(frozen, module = "neuroneval._core")]
 pub struct PreparedConcepts {
     set: ConceptSet,
+    /// The matrix calls' buffers, reused from block to block of a run (freed with this).
+    kept: neuroneval_core::KeptBuffers,
 }
 
 #[pymethods]
@@ -46,7 +48,10 @@ pub fn prepare_concepts(
     let set = run_sized(py, Work::of(c.rows(), 0, c.cols()), || {
         ConceptSet::build(c, None, &Needs::of(&metrics), true)
     })?;
-    Ok(PreparedConcepts { set })
+    Ok(PreparedConcepts {
+        set,
+        kept: Default::default(),
+    })
 }
 
 /// The call's parameters: `params` with the two conventions of the NeuronEval reference
@@ -82,10 +87,18 @@ pub fn score_matrix<'py>(
     let a = &*a;
     let (scores, n_concepts) = match &concepts {
         ConceptsArg::Prepared(prepared) => {
-            let set = &prepared.get().set;
+            let prepared = prepared.get();
+            let set = &prepared.set;
             let work = Work::of(a.rows(), a.cols(), set.len());
             let scores = run_sized(py, work, || {
-                neuroneval_core::score_matrix_with(a, set, &metrics, &params, first_unit)
+                neuroneval_core::score_matrix_with(
+                    a,
+                    set,
+                    &metrics,
+                    &params,
+                    first_unit,
+                    Some(&prepared.kept),
+                )
             })?;
             (scores, set.len())
         }
