@@ -301,16 +301,22 @@ def out_of_core_concepts(concepts_path: Path, columns: Sequence[int] | None = No
     return out
 
 
-def read_file_peer(path: Path, columns: Sequence[int] = ()) -> tuple[float, np.ndarray]:
-    """The named peer: read the whole file once, 64 MiB at a time, with plain `readinto` calls
-    into one reusable buffer. Returns the seconds spent in the reads and, as a by-product
-    (copied out between reads, not timed), the values of `columns` for the correctness check."""
+def _chunk_reading(path: Path) -> tuple[tuple[int, int], np.dtype[Any], int, int, int, bytearray]:
+    """What the peers need to read the `.npy` file in 64 MiB row chunks: its shape, dtype and
+    data offset, the bytes of one row, the rows of one chunk, and one reusable chunk buffer."""
     arr = np.load(path, mmap_mode="r")
     (n, k), dtype, offset = arr.shape, arr.dtype, int(arr.offset)
     del arr
     row_bytes = k * dtype.itemsize
     chunk_rows = max(1, READ_CHUNK_BYTES // row_bytes)
-    buf = bytearray(chunk_rows * row_bytes)
+    return (n, k), dtype, offset, row_bytes, chunk_rows, bytearray(chunk_rows * row_bytes)
+
+
+def read_file_peer(path: Path, columns: Sequence[int] = ()) -> tuple[float, np.ndarray]:
+    """The named peer: read the whole file once, 64 MiB at a time, with plain `readinto` calls
+    into one reusable buffer. Returns the seconds spent in the reads and, as a by-product
+    (copied out between reads, not timed), the values of `columns` for the correctness check."""
+    (n, k), dtype, offset, row_bytes, chunk_rows, buf = _chunk_reading(path)
     view = memoryview(buf)
     picked = np.empty((n, len(columns)), dtype=dtype)
     cols = np.asarray(columns, dtype=np.int64)
@@ -344,12 +350,7 @@ def sum_pass_peer(path: Path) -> tuple[float, float, float]:
     (64 MiB `readinto` calls into one buffer, as `read_file_peer`) and sums each chunk's
     values (float64 accumulation: numpy's fastest sum of float16 here). Returns its CPU
     seconds (user + system), its wall seconds and the sum."""
-    arr = np.load(path, mmap_mode="r")
-    (n, k), dtype, offset = arr.shape, arr.dtype, int(arr.offset)
-    del arr
-    row_bytes = k * dtype.itemsize
-    chunk_rows = max(1, READ_CHUNK_BYTES // row_bytes)
-    buf = bytearray(chunk_rows * row_bytes)
+    (n, k), dtype, offset, row_bytes, chunk_rows, buf = _chunk_reading(path)
     view = memoryview(buf)
     total = 0.0
     c0, t0 = time.process_time(), time.perf_counter()
@@ -727,7 +728,7 @@ def per_value_note(size: OutOfCoreSize, r: dict[str, Any]) -> str:
     target = f"target <= {size.ns_target:g} ns: {met(r['ns_per_value'] <= size.ns_target, full)}"
     return (
         f"out-of-core CPU time per activation value ({r['metrics']} metrics x {size.t} concepts): "
-        f"{r['ns_per_value']:.2f} ns ({r['cpu_s']:.0f} s of CPU on {r['threads']} threads; {target}); "
+        f"{r['ns_per_value']:.2f} ns ({r['cpu_s']:.1f} s of CPU on {r['threads']} threads; {target}); "
         f"one pass that reads and sums every value: {r['sum_ns_per_value']:.2f} ns ({r['sum_wall_s']:.1f} s wall), "
         f"so {r['ns_per_value'] / r['sum_ns_per_value']:.1f}x that floor; wall time {r['wall_s']:.1f} s = "
         f"{r['ratio']:.2f}x one read of the file"

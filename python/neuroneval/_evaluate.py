@@ -57,7 +57,7 @@ from .errors import InvalidInputError, NonFiniteError, ParameterError, ResumeErr
 from .files import check_output, output_lock, remove_stale_temporaries, write_atomic, writing
 from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, ScoreParams, metric_list
 from .progress import Progress
-from .sources import Source, input_paths, open_activations, open_concepts
+from .sources import Source, input_paths, open_activations, open_concepts, read_fully
 
 __all__ = ["evaluate", "partial_dir", "DEFAULT_BLOCK_BYTES"]
 
@@ -590,14 +590,10 @@ class _BlockReader:
 
 def _read_into(path: Path, out: np.ndarray) -> None:
     """The whole of `path` into `out` (contiguous, exactly the file's size), by plain reads."""
-    view = out.data.cast("B")
     with open(path, "rb", buffering=0) as f:
-        got = 0
-        while got < len(view):
-            r = f.readinto(view[got:])
-            if not r:
-                raise SourceError(f"the scratch file {path} ended early ({got} of {len(view)} bytes)")
-            got += r
+        got = read_fully(f, out)
+    if got < out.nbytes:
+        raise SourceError(f"the scratch file {path} ended early ({got} of {out.nbytes} bytes)")
 
 
 def _chunk_rows(acts: Source) -> int:

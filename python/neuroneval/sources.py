@@ -310,6 +310,19 @@ def _open_npy(path: Path, what: str, *, allow_no_rows: bool = False) -> np.ndarr
     return np.asarray(arr) if dtype.kind in "biu" else arr
 
 
+def read_fully(f: Any, out: np.ndarray) -> int:
+    """Fills the contiguous array `out` from the binary file `f` by plain `readinto` calls;
+    returns the bytes read, fewer than `out.nbytes` only when the file ended first."""
+    view = out.data.cast("B")
+    got = 0
+    while got < len(view):
+        r = f.readinto(view[got:])
+        if not r:
+            break
+        got += r
+    return got
+
+
 def _npy_row_chunks(path: Path, rows: int, reuse: bool = False) -> Iterator[np.ndarray]:
     shape, fortran, dtype, offset = _npy_header(path)
     if fortran:  # a column-major file: fall back to a memory map, one row slice at a time
@@ -324,13 +337,9 @@ def _npy_row_chunks(path: Path, rows: int, reuse: bool = False) -> Iterator[np.n
         for s in range(0, n, rows):
             size = (min(rows, n - s), k)
             chunk = np.empty(size, dtype=dtype) if buffer is None else buffer[: size[0] * k].reshape(size)
-            view = chunk.data.cast("B")
-            got = 0
-            while got < len(view):
-                r = f.readinto(view[got:])
-                if not r:
-                    raise SourceError(f"{path} ended early, at row {s + got // (k * dtype.itemsize)} of {n}")
-                got += r
+            got = read_fully(f, chunk)
+            if got < chunk.nbytes:
+                raise SourceError(f"{path} ended early, at row {s + got // (k * dtype.itemsize)} of {n}")
             yield chunk
 
 
