@@ -3,7 +3,8 @@
 The units are processed in blocks. For each block the core computes every requested metric
 in one pass over that block's data, against concepts that were validated and transformed
 once for the whole run. Results stream to a parquet file block by block, so memory is
-bounded by the block size, not by K or by the number of pairs.
+bounded by the block size (or by a row-major file of at most `WHOLE_FILE_BYTES`, read
+whole), not by K or by the number of pairs.
 
 How a source is read
     Data in memory (arrays, tensors, sparse matrices) are read in place: a block is a view.
