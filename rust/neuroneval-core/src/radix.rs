@@ -427,7 +427,7 @@ fn drop_common_low_bits<T: Copy>(
 /// is skipped. The counts come from one pass into two tables that take alternate items:
 /// with few distinct digits (ties), consecutive items of one table would wait on each
 /// other's counter updates.
-pub(crate) fn radix_sort<T: Copy + Default>(
+fn radix_sort<T: Copy + Default>(
     items: &mut Vec<T>,
     next: &mut Vec<T>,
     key: impl Fn(T) -> u64,
