@@ -64,6 +64,28 @@ def default_cache_path() -> Path:
     return Path(base) / "neuroneval" / "judgements.sqlite"
 
 
+#: How long a connection waits for another process's lock on the cache.
+_BUSY_SECONDS = 120.0
+
+
+def _use_wal(db: sqlite3.Connection) -> None:
+    """Switches the cache to write-ahead logging. The switch takes a lock that SQLite does not
+    wait for (its busy timeout does not apply), so processes opening the file at the same
+    moment can be refused with "database is locked": retried, with growing pauses, for as long
+    as the busy timeout."""
+    deadline = time.monotonic() + _BUSY_SECONDS
+    pause = 0.005
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(2 * pause, 0.25)
+
+
 class LabelCache:
     """A persistent store of raw judgements (see the module's docstring).
 
@@ -81,8 +103,8 @@ class LabelCache:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # isolation_level=None: transactions are ours (BEGIN IMMEDIATE ... COMMIT).
-            self._db = sqlite3.connect(self.path, timeout=120.0, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db = sqlite3.connect(self.path, timeout=_BUSY_SECONDS, isolation_level=None, check_same_thread=False)
+            _use_wal(self._db)
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as e:
