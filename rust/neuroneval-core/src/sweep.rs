@@ -113,9 +113,8 @@ pub fn inverse(
 /// How the inverse metrics reach a unit's values ([`inverse_layout`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InverseLayout {
-    /// Concept by concept ([`inverse_by_concept`]): each concept's positives, read in input
-    /// order, gather the unit's values, midranks and group ends; the group ends are then
-    /// sorted per concept for the AP sum.
+    /// Concept by concept ([`inverse_by_concept`]): one pass in input order appends each
+    /// positive's group end to its concept's run; each run is then sorted for the AP sum.
     ByConcept,
     /// Input by input ([`inverse`], [`inverse_sparse`]): the label sums over every input's
     /// labels, and the AP walk down the unit's descending order.
@@ -153,7 +152,7 @@ pub fn inverse_layout(labels: usize, concepts: usize, n: usize) -> InverseLayout
 #[derive(Debug, Default)]
 pub struct ByConcept {
     /// The positives' group ends, concept after concept (a run as long as the concept's
-    /// positives each), where each concept's run is filled up to, and the sort's buffers.
+    /// positives each), where each concept's run is filled up to, and the sort's buffer.
     ends: Vec<u32>,
     filled: Vec<usize>,
     sort: Vec<u32>,
