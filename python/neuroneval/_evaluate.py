@@ -44,7 +44,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -52,13 +52,13 @@ from typing import Any, Literal
 import numpy as np
 import polars as pl
 
-from . import _core
+from . import _core, _direct
 from ._coerce import check_integer
 from .errors import InvalidInputError, NonFiniteError, ParameterError, ResumeError, ShapeError, SourceError
 from .files import check_output, output_lock, remove_stale_temporaries, write_atomic, writing
 from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, ScoreParams, metric_list
 from .progress import Progress
-from .sources import Source, input_paths, open_activations, open_concepts, read_fully
+from .sources import Source, input_paths, open_activations, open_concepts
 
 __all__ = ["evaluate", "partial_dir", "DEFAULT_BLOCK_BYTES"]
 
@@ -541,25 +541,27 @@ class _BlockReader:
         shutil.rmtree(self.scratch, ignore_errors=True)
         with writing(self.scratch, "writing the scratch copy"):
             self.scratch.mkdir(parents=True)
-            files = [open(self._file(i), "wb") for i in range(len(self.bounds))]
             rows = _chunk_rows(self.acts)
-            widest = max(e - s for s, e in self.bounds)
-            staging = np.empty(rows * widest, dtype=self.acts.dtype)  # one block's columns of a chunk
-            try:
-                with report.bar("reading", total=self.acts.n_rows, unit="row") as bar:
-                    row = 0
-                    for chunk in self.acts.row_chunks(rows, reuse=True):
-                        # Checked as it is read, so a NaN fails the run before any block is scored.
-                        check_finite_rows(chunk, row)
-                        for f, (s, e) in zip(files, self.bounds, strict=True):
-                            part = staging[: chunk.shape[0] * (e - s)].reshape(chunk.shape[0], e - s)
-                            np.copyto(part, chunk[:, s:e])
-                            f.write(part.data)
-                        row += chunk.shape[0]
-                        bar.update(chunk.shape[0])
-            finally:
-                for f in files:
-                    f.close()
+            item = self.acts.dtype.itemsize
+            # one writer per block, each buffering two chunks' worth of its columns; each
+            # writes its tail and closes on success, closes without it on an error
+            with ExitStack() as stack, report.bar("reading", total=self.acts.n_rows, unit="row") as bar:
+                files = [
+                    stack.enter_context(
+                        _direct.AppendWriter(self._file(i), buffer_bytes=max(4 << 20, 2 * rows * (e - s) * item))
+                    )
+                    for i, (s, e) in enumerate(self.bounds)
+                ]
+                row = 0
+                for chunk in self.acts.row_chunks(rows, reuse=True):
+                    # Checked as it is read, so a NaN fails the run before any block is scored.
+                    check_finite_rows(chunk, row)
+                    m = chunk.shape[0]
+                    for f, (s, e) in zip(files, self.bounds, strict=True):
+                        part = f.reserve(m * (e - s) * item).view(self.acts.dtype).reshape(m, e - s)
+                        np.copyto(part, chunk[:, s:e])
+                    row += m
+                    bar.update(m)
         _write_atomic(marker, json.dumps(expected).encode())
 
     def read(self, block: int) -> Any:
@@ -568,14 +570,16 @@ class _BlockReader:
             return self.whole[:, start:stop]
         if self.transposed:
             shape = (self.acts.n_rows, stop - start)
+            nbytes = shape[0] * shape[1] * self.acts.dtype.itemsize
             slot = block % 2
             buffer = self._buffers[slot]
-            if buffer is None or buffer.size < shape[0] * shape[1]:
+            if buffer is None or len(buffer) < nbytes:
                 width = max(e - s for s, e in self.bounds)
-                buffer = self._buffers[slot] = np.empty(shape[0] * width, dtype=self.acts.dtype)
-            data = buffer[: shape[0] * shape[1]].reshape(shape)
-            _read_into(self._file(block), data)
-            return data
+                buffer = self._buffers[slot] = _direct.aligned_bytes(shape[0] * width * self.acts.dtype.itemsize)
+            got = _direct.read_file_into(self._file(block), buffer)
+            if got != nbytes:
+                raise SourceError(f"the scratch file {self._file(block)} holds {got} bytes, not {nbytes}")
+            return buffer[:nbytes].view(self.acts.dtype).reshape(shape)
         if self.acts.kind == "npy":  # column-major: the block is one contiguous range
             return _read_columns(self.acts, start, stop)
         return self.acts.columns(start, stop).core
@@ -587,14 +591,6 @@ class _BlockReader:
     def close(self) -> None:
         if self.transposed:
             shutil.rmtree(self.scratch, ignore_errors=True)
-
-
-def _read_into(path: Path, out: np.ndarray) -> None:
-    """The whole of `path` into `out` (contiguous, exactly the file's size), by plain reads."""
-    with open(path, "rb", buffering=0) as f:
-        got = read_fully(f, out)
-    if got < out.nbytes:
-        raise SourceError(f"the scratch file {path} ended early ({got} of {out.nbytes} bytes)")
 
 
 def _chunk_rows(acts: Source) -> int:

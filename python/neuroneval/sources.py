@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from . import _direct
 from ._coerce import as_index_array, as_matrix, as_real_array
 from .errors import DTypeError, EmptyInputError, ShapeError, SourceError
 from .files import write_atomic
@@ -310,19 +311,6 @@ def _open_npy(path: Path, what: str, *, allow_no_rows: bool = False) -> np.ndarr
     return np.asarray(arr) if dtype.kind in "biu" else arr
 
 
-def read_fully(f: Any, out: np.ndarray) -> int:
-    """Fills the contiguous array `out` from the binary file `f` by plain `readinto` calls;
-    returns the bytes read, fewer than `out.nbytes` only when the file ended first."""
-    view = out.data.cast("B")
-    got = 0
-    while got < len(view):
-        r = f.readinto(view[got:])
-        if not r:
-            break
-        got += r
-    return got
-
-
 def _npy_row_chunks(path: Path, rows: int, reuse: bool = False) -> Iterator[np.ndarray]:
     shape, fortran, dtype, offset = _npy_header(path)
     if fortran:  # a column-major file: fall back to a memory map, one row slice at a time
@@ -331,16 +319,17 @@ def _npy_row_chunks(path: Path, rows: int, reuse: bool = False) -> Iterator[np.n
             yield np.ascontiguousarray(arr[s : s + rows])
         return
     n, k = shape
-    buffer = np.empty(min(rows, n) * k, dtype=dtype) if reuse else None
-    with open(path, "rb", buffering=0) as f:
-        f.seek(offset)
+    row_bytes = k * dtype.itemsize
+    # a large file is read once, past the page cache (`_direct`); read at call time: tests lower it
+    direct = path.stat().st_size >= _direct.DIRECT_READ_BYTES
+    with _direct.SequentialReader(path, offset, direct=direct) as reader:
         for s in range(0, n, rows):
             size = (min(rows, n - s), k)
-            chunk = np.empty(size, dtype=dtype) if buffer is None else buffer[: size[0] * k].reshape(size)
-            got = read_fully(f, chunk)
-            if got < chunk.nbytes:
-                raise SourceError(f"{path} ended early, at row {s + got // (k * dtype.itemsize)} of {n}")
-            yield chunk
+            raw = reader.take(size[0] * row_bytes)
+            if len(raw) < size[0] * row_bytes:
+                raise SourceError(f"{path} ended early, at row {s + len(raw) // row_bytes} of {n}")
+            chunk = raw.view(dtype).reshape(size)
+            yield chunk if reuse else chunk.copy()
 
 
 def read_names(x: str | os.PathLike[str] | Sequence[str] | None, count: int, what: str) -> list[str] | None:
