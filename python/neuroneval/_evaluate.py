@@ -12,7 +12,9 @@ How a source is read
     each chunk's columns are appended to one scratch file per block of units (unit-major
     blocks, in the source dtype). Each block's scratch file is then read once and deleted.
     So a row-major file costs one read of the file, one write and one read of a scratch copy
-    of the same size, never one read per block. A run with a single block, or a file of at
+    of the same size, never one read per block. The scratch copy, and a file of at least
+    256 MiB, go past the page cache (`O_DIRECT`, see `_direct`): read or written once, they
+    would only cost the kernel's copies. A run with a single block, or a file of at
     most `WHOLE_FILE_BYTES` (1 GiB), reads the file once into memory and needs no scratch.
     Column-major `.npy` files are read block by block directly. Every buffer (row chunks, a
     chunk's columns per block, the blocks read back) is reused, not allocated per read.
@@ -499,17 +501,14 @@ class _BlockReader:
         bounds: list[tuple[int, int]],
         scratch: Path,
         report: Progress,
-        whole_file_bytes: int | None = None,
     ) -> None:
-        if whole_file_bytes is None:
-            whole_file_bytes = WHOLE_FILE_BYTES  # read at call time: tests lower it
         self.acts, self.bounds, self.scratch = acts, bounds, scratch
         self.whole: np.ndarray | None = None
         # Buffers reused from block to block (two: the next block is read while one is
         # scored), so that no block costs fresh pages.
         self._buffers: list[np.ndarray | None] = [None, None]
         file_bytes = acts.n_rows * acts.n_columns * acts.dtype.itemsize
-        fits = len(bounds) == 1 or file_bytes <= whole_file_bytes
+        fits = len(bounds) == 1 or file_bytes <= WHOLE_FILE_BYTES  # read at call time: tests lower it
         self.transposed = acts.row_major_files and not fits
         if acts.row_major_files and fits:
             # Read the file once into memory, chunk by chunk into one array (not a list of
