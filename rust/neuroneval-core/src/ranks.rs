@@ -295,11 +295,12 @@ pub fn ap_with_tail(at_least: &mut [u32], n_pos: usize, tail_count: usize, tail_
 /// each tie group's positives at once (cnt * TP / size).
 pub fn ap_of_sorted(at_least: &[u32], extra_at: usize, extra_count: usize, n_pos: usize) -> f64 {
     let mut ap = 0.0;
-    let mut tp = 0usize;
+    // (a count, held as a float: exact below 2^53, and no conversion per group)
+    let mut tp = 0.0;
     let mut extra = (extra_count > 0).then_some((extra_at, extra_count));
     let mut add = |cnt: usize, g: usize, ap: &mut f64| {
-        tp += cnt;
-        *ap += cnt as f64 * tp as f64 * group_weight(g);
+        tp += cnt as f64;
+        *ap += cnt as f64 * tp * group_weight(g);
     };
     let mut j = 0;
     while j < at_least.len() {

@@ -375,8 +375,8 @@ fn ap_walk<'l>(
             {
                 let cnt = col.n_positive() as u32 - k;
                 if cnt > 0 {
-                    s.tp += cnt;
-                    s.ap += cnt as f64 * s.tp as f64 * weight;
+                    s.tp += cnt as f64;
+                    s.ap += cnt as f64 * s.tp * weight;
                 }
             }
             offset = z.size;
@@ -392,14 +392,14 @@ fn ap_walk<'l>(
             // The common case: cnt = 1, so one pass adds 1 * TP / end per concept.
             for &c in labels_at(start) {
                 let s = &mut state[c as usize];
-                s.tp += 1;
-                s.ap += 1.0 * s.tp as f64 * weight;
+                s.tp += 1.0;
+                s.ap += 1.0 * s.tp * weight;
             }
         } else {
             for q in start..end {
                 for &c in labels_at(q) {
                     let s = &mut state[c as usize];
-                    s.tp += 1;
+                    s.tp += 1.0;
                     s.in_group += 1;
                 }
             }
@@ -407,7 +407,7 @@ fn ap_walk<'l>(
                 for &c in labels_at(q) {
                     let s = &mut state[c as usize];
                     if s.in_group > 0 {
-                        s.ap += s.in_group as f64 * s.tp as f64 * weight;
+                        s.ap += s.in_group as f64 * s.tp * weight;
                         s.in_group = 0;
                     }
                 }
@@ -426,7 +426,8 @@ fn ap_walk<'l>(
 #[derive(Clone, Copy, Default)]
 struct ApState {
     ap: f64,
-    tp: u32,
+    /// (a count, held as a float: exact below 2^53, and no conversion per label)
+    tp: f64,
     in_group: u32,
 }
 
