@@ -186,12 +186,15 @@ pub fn inverse_by_concept(
     let ap = needs.inverse_ap;
     resize_for_overwrite(ends, if ap { run_start } else { 0 });
     let mut out = vec![InverseSums::default(); t];
+    // each concept's labels met (a sparse unit's: among its entries, for the zero group)
+    let mut in_entries = vec![0usize; t];
     // adds one labelled input (its value, midrank and group end) to its concepts
     let mut add = |list: &[u32], a: f64, r: f64, g: u32, out: &mut [InverseSums]| {
         for &c in list {
             let o = &mut out[c as usize];
             o.centred_sum += a;
             o.rank_sum += r;
+            in_entries[c as usize] += 1;
             if ap {
                 let f = &mut filled[c as usize];
                 ends[*f] = g;
@@ -224,7 +227,6 @@ pub fn inverse_by_concept(
             None
         }
         Some(sp) => {
-            let mut in_entries = vec![0usize; t];
             for (e, &i) in sp.rows.iter().enumerate() {
                 // the entries' label offsets are read in steps of about N / nnz: fetch ahead
                 if let Some(&ahead) = sp.rows.get(e + PREFETCH_DISTANCE) {
@@ -238,9 +240,6 @@ pub fn inverse_by_concept(
                 };
                 let g = if ap { sp.at_least[e] } else { 0 };
                 add(list, sp.values[e] * unit.scale, r, g, &mut out);
-                for &c in list {
-                    in_entries[c as usize] += 1;
-                }
             }
             // the zero entries' terms in closed form, as `inverse_sparse` adds them
             let zero_rank = sp.zero_centred_rank + mid;
