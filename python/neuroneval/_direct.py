@@ -79,22 +79,30 @@ def _pread(fd: int, into: np.ndarray, offset: int, direct: bool) -> tuple[int, b
         return os.preadv(fd, [into.data], offset), False
 
 
+def _fill(fd: int, into: np.ndarray, offset: int, direct: bool) -> tuple[int, bool]:
+    """Reads into `into` from file offset `offset` (aligned) until it is full or the file
+    ends: (bytes read, whether the file is still direct). A read that stops short of a block
+    (the end of the file, or a short read) turns O_DIRECT off, as the next offset is not
+    aligned."""
+    got = 0
+    while got < len(into):
+        r, direct = _pread(fd, into[got:], offset + got, direct)
+        if r == 0:
+            break
+        got += r
+        if got % ALIGN and direct:
+            _go_buffered(fd)
+            direct = False
+    return got, direct
+
+
 def read_file_into(path: str | os.PathLike[str], out: np.ndarray, direct: bool = True) -> int:
     """Reads the file at `path` from its start into `out` (from `aligned_bytes`, at least the
     file's size rounded up to `ALIGN`); returns the bytes read, the file's size unless it is
     larger than `out`."""
     fd, direct = _open(path, os.O_RDONLY, direct)
     try:
-        got = 0
-        while got < len(out):
-            r, direct = _pread(fd, out[got:], got, direct)
-            if r == 0:
-                break
-            got += r
-            if got % ALIGN and direct:  # the end of the file, or a short read: the next
-                _go_buffered(fd)  # offset is not aligned
-                direct = False
-        return got
+        return _fill(fd, out, 0, direct)[0]
     finally:
         os.close(fd)
 
@@ -128,15 +136,9 @@ class SequentialReader:
                 self.buffer = aligned_bytes(self.cur - keep + n)
             self.buffer[: len(tail)] = tail
             self.base, self.cur, self.filled = self.base + keep, self.cur - keep, len(tail)
-            while self.filled < self.cur + n:
-                r, self.direct = _pread(self.fd, self.buffer[self.filled :], self.base + self.filled, self.direct)
-                if r == 0:
-                    self.ended = True
-                    break
-                self.filled += r
-                if self.filled % ALIGN and self.direct:  # the end of the file, or a short
-                    _go_buffered(self.fd)  # read: the next offset is not aligned
-                    self.direct = False
+            got, self.direct = _fill(self.fd, self.buffer[self.filled :], self.base + self.filled, self.direct)
+            self.filled += got
+            self.ended = self.filled < len(self.buffer)  # the file ended before the buffer
         view = self.buffer[self.cur : min(self.cur + n, self.filled)]
         self.cur += len(view)
         return view

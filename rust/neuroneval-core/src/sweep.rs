@@ -186,7 +186,8 @@ pub fn inverse_by_concept(
     let ap = needs.inverse_ap;
     resize_for_overwrite(ends, if ap { run_start } else { 0 });
     let mut out = vec![InverseSums::default(); t];
-    // each concept's labels met (a sparse unit's: among its entries, for the zero group)
+    // a sparse unit's labels met among its entries, per concept (for the zero group)
+    let counting = unit.sparse.is_some();
     let mut in_entries = vec![0usize; t];
     // adds one labelled input (its value, midrank and group end) to its concepts
     let mut add = |list: &[u32], a: f64, r: f64, g: u32, out: &mut [InverseSums]| {
@@ -194,7 +195,9 @@ pub fn inverse_by_concept(
             let o = &mut out[c as usize];
             o.centred_sum += a;
             o.rank_sum += r;
-            in_entries[c as usize] += 1;
+            if counting {
+                in_entries[c as usize] += 1;
+            }
             if ap {
                 let f = &mut filled[c as usize];
                 ends[*f] = g;
