@@ -420,6 +420,20 @@ impl ConceptSet {
         })
     }
 
+    /// The concepts' rows when their entries are exactly the positive labels (every nonzero
+    /// value is at least 0.5, as binary concepts' are): both indexes then list the same
+    /// (input, concept) pairs in the same order, so one pass over a unit's labels also reads
+    /// each label's row entry.
+    pub fn rows_as_labels(&self) -> Option<&RowIndex> {
+        self.rows.as_ref().filter(|r| {
+            r.ptr.len() == self.labels.ptr.len()
+                && self
+                    .columns
+                    .iter()
+                    .all(|c| c.positives.len() == c.nz_index.len())
+        })
+    }
+
     /// Fails unless this set was built for a matrix call with exactly these needs, so a
     /// prepared set never meets a metric whose indexes it lacks.
     pub fn check_prepared_for(&self, needs: &Needs) -> Result<()> {

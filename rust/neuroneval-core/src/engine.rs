@@ -387,21 +387,26 @@ fn score_profiles(
 
     // Products with sparse concepts: one sweep over the concept rows for the block's dense
     // units, one over its entries for each sparse unit.
+    // A sparse unit's products come from its pass concept by concept when that pass reads
+    // the same entries (labels that are the concepts' rows): one read of them, not two.
     let rows = concepts.rows.as_ref();
-    let sparse: Option<Vec<Vec<Products>>> = rows
-        .filter(|_| dense.is_none() && (needs.products || needs.rank_products))
-        .map(|r| {
-            let dense_units: Vec<&UnitProfile> =
-                profiles.iter().filter(|p| p.sparse.is_none()).collect();
-            let mut swept = sweep::products(&dense_units, concepts, r, needs).into_iter();
-            profiles
-                .iter()
-                .map(|p| match &p.sparse {
-                    Some(sp) => sweep::products_sparse(p, sp, concepts, r, needs),
-                    None => swept.next().expect("one sweep result per dense unit"),
-                })
-                .collect()
-        });
+    let swept_products = dense.is_none() && (needs.products || needs.rank_products);
+    let fused = concepts
+        .rows_as_labels()
+        .filter(|_| swept_products && needs.inverse && job.layout == InverseLayout::ByConcept);
+    let mut sparse: Option<Vec<Option<Vec<Products>>>> = rows.filter(|_| swept_products).map(|r| {
+        let dense_units: Vec<&UnitProfile> =
+            profiles.iter().filter(|p| p.sparse.is_none()).collect();
+        let mut swept = sweep::products(&dense_units, concepts, r, needs).into_iter();
+        profiles
+            .iter()
+            .map(|p| match &p.sparse {
+                Some(_) if fused.is_some() => None,
+                Some(sp) => Some(sweep::products_sparse(p, sp, concepts, r, needs)),
+                None => swept.next(),
+            })
+            .collect()
+    });
 
     // The label sums of the inverse metrics, likewise tiled over the block's dense units when
     // they walk (a sparse unit's come from its own sweep over its entries; concept by
@@ -433,8 +438,19 @@ fn score_profiles(
             }
         });
         let inverse = needs.inverse.then(|| match (&profile.sparse, job.layout) {
-            (_, InverseLayout::ByConcept) => {
-                sweep::inverse_by_concept(profile, concepts, &concepts.labels, needs, by_concept)
+            (sp, InverseLayout::ByConcept) => {
+                let (sums, products) = sweep::inverse_by_concept(
+                    profile,
+                    concepts,
+                    &concepts.labels,
+                    needs,
+                    by_concept,
+                    fused.filter(|_| sp.is_some()),
+                );
+                if let (Some(p), Some(slot)) = (products, sparse.as_mut()) {
+                    slot[u] = Some(p);
+                }
+                sums
             }
             (Some(sp), InverseLayout::Walk) => {
                 sweep::inverse_sparse(profile, sp, concepts, &concepts.labels, needs, walk)
@@ -450,10 +466,11 @@ fn score_profiles(
         });
         for (c, col) in concepts.columns.iter().enumerate() {
             let pre = Precomputed {
-                products: dense
-                    .as_ref()
-                    .map(|p| p[u * t + c])
-                    .or_else(|| sparse.as_ref().map(|p| p[u][c])),
+                products: dense.as_ref().map(|p| p[u * t + c]).or_else(|| {
+                    sparse
+                        .as_ref()
+                        .map(|p| p[u].as_ref().expect("products of every unit")[c])
+                }),
                 forward: forward.as_ref().map(|f| f[c]),
                 inverse: inverse.as_ref().map(|i| i[c]),
             };

@@ -4,6 +4,7 @@
 //! once ([`concepts::ConceptSet`]), transform each unit once ([`unit::UnitProfile`]), then
 //! the pair kernel ([`pair::PairKernel`]) for each pair, over blocks of units in parallel.
 
+pub mod by_concept;
 pub mod concepts;
 pub mod engine;
 pub mod error;

@@ -7,11 +7,12 @@
 
 use crate::concepts::{ConceptSet, LabelIndex, RowIndex};
 use crate::metric::Needs;
-use crate::numeric::resize_for_overwrite;
 use crate::pair::{ForwardAccumulator, ForwardSums, InverseSums, Products};
 use crate::ranks::{finish_ap, group_weight};
 use crate::simd::prefetch;
 use crate::unit::{SparseEntries, UnitProfile};
+
+pub use crate::by_concept::{inverse_by_concept, ByConcept};
 
 /// Forward sums over the unit's top set, for every concept.
 pub fn forward(
@@ -148,151 +149,13 @@ pub fn inverse_layout(labels: usize, concepts: usize, n: usize) -> InverseLayout
     }
 }
 
-/// What [`inverse_by_concept`] reuses from unit to unit.
-#[derive(Debug, Default)]
-pub struct ByConcept {
-    /// The positives' group ends, concept after concept (a run as long as the concept's
-    /// positives each), where each concept's run is filled up to, and the sort's buffer.
-    ends: Vec<u32>,
-    filled: Vec<usize>,
-    sort: Vec<u32>,
-}
-
-/// [`inverse`] (or [`inverse_sparse`] for a sparse unit) with the AP sums concept by concept.
-/// One pass over the unit's inputs in ascending order (a sparse unit's entries) reads each
-/// one's labels, adds the label sums as [`inverse`] does, and appends the input's group end
-/// (#{j : a_j >= a_i}) to each of its concepts' runs; each run, sorted, then gives the AP sum
-/// group by group in descending activation, as the walk adds it, with a sparse unit's zero
-/// group (its positives not among the entries) merged in at its place. Every access is in
-/// order except the appends (one stream per concept) and the short sorts. A dense unit must
-/// carry `at_least` ([`crate::ranks::RankOutputs::at_least`]) when AP is needed.
-pub fn inverse_by_concept(
-    unit: &UnitProfile,
-    set: &ConceptSet,
-    labels: &LabelIndex,
-    needs: &Needs,
-    scratch: &mut ByConcept,
-) -> Vec<InverseSums> {
-    let n = unit.n();
-    let mid = (n as f64 + 1.0) / 2.0;
-    let t = set.len();
-    let ByConcept { ends, filled, sort } = scratch;
-    filled.clear();
-    let mut run_start = 0;
-    for col in &set.columns {
-        filled.push(run_start);
-        run_start += col.n_positive();
-    }
-    let ap = needs.inverse_ap;
-    resize_for_overwrite(ends, if ap { run_start } else { 0 });
-    let mut out = vec![InverseSums::default(); t];
-    // a sparse unit's labels met among its entries, per concept (for the zero group)
-    let counting = unit.sparse.is_some();
-    let mut in_entries = vec![0usize; t];
-    // adds one labelled input (its value, midrank and group end) to its concepts
-    let mut add = |list: &[u32], a: f64, r: f64, g: u32, out: &mut [InverseSums]| {
-        for &c in list {
-            let o = &mut out[c as usize];
-            o.centred_sum += a;
-            o.rank_sum += r;
-            if counting {
-                in_entries[c as usize] += 1;
-            }
-            if ap {
-                let f = &mut filled[c as usize];
-                ends[*f] = g;
-                *f += 1;
-                // each concept's run is a write stream: fetch its line a cache line ahead
-                prefetch(ends.as_ptr().wrapping_add(*f + 16));
-            }
-        }
-    };
-    let list = |i: usize| &labels.concept[labels.ptr[i]..labels.ptr[i + 1]];
-    let zeros = match &unit.sparse {
-        None => {
-            for i in 0..n {
-                let list = list(i);
-                if list.is_empty() {
-                    continue;
-                }
-                let a = if needs.inverse_sums {
-                    unit.centred[i]
-                } else {
-                    0.0
-                };
-                let r = if needs.inverse_sums && needs.order {
-                    unit.centred_rank[i] + mid
-                } else {
-                    0.0
-                };
-                add(list, a, r, if ap { unit.at_least[i] } else { 0 }, &mut out);
-            }
-            None
-        }
-        Some(sp) => {
-            for (e, &i) in sp.rows.iter().enumerate() {
-                // the entries' label offsets are read in steps of about N / nnz: fetch ahead
-                if let Some(&ahead) = sp.rows.get(e + PREFETCH_DISTANCE) {
-                    prefetch(labels.ptr.as_ptr().wrapping_add(ahead as usize));
-                }
-                let list = list(i as usize);
-                let r = if needs.order {
-                    sp.centred_rank[e] + mid
-                } else {
-                    0.0
-                };
-                let g = if ap { sp.at_least[e] } else { 0 };
-                add(list, sp.values[e] * unit.scale, r, g, &mut out);
-            }
-            // the zero entries' terms in closed form, as `inverse_sparse` adds them
-            let zero_rank = sp.zero_centred_rank + mid;
-            for ((o, col), &k) in out.iter_mut().zip(&set.columns).zip(&in_entries) {
-                o.centred_sum -= unit.mean * col.n_positive() as f64;
-                o.rank_sum += if needs.order {
-                    (col.n_positive() - k) as f64 * zero_rank
-                } else {
-                    0.0
-                };
-            }
-            Some((sp.zero_at_least, in_entries))
-        }
-    };
-    if ap {
-        let mut run_start = 0;
-        for (c, (o, col)) in out.iter_mut().zip(&set.columns).enumerate() {
-            let run = &mut ends[run_start..filled[c]];
-            run_start += col.n_positive();
-            sort_group_ends(run, sort, n);
-            let (extra_at, extra_count) = match &zeros {
-                Some((at, in_entries)) => (*at, col.n_positive() - in_entries[c]),
-                None => (0, 0),
-            };
-            o.ap =
-                crate::ranks::ap_of_sorted(run, extra_at as usize, extra_count, col.n_positive());
-        }
-    }
-    out
-}
-
-/// Sorts one concept's group ends (each at most `n`) ascending: a radix sort of the bits
-/// that n spans for long lists (n under 2^22), a comparison sort for short ones. Integers sort to one
-/// sequence whatever the method.
-fn sort_group_ends(ends: &mut [u32], buffer: &mut Vec<u32>, n: usize) {
-    let span = usize::BITS - n.leading_zeros();
-    if ends.len() < 256 || span > 22 {
-        ends.sort_unstable();
-    } else {
-        crate::radix::sort_small_u32(ends, buffer, span);
-    }
-}
-
 /// Above this size of the label index (at N of about 130,000 inputs), the AP walk first
 /// lays the label lists out in activation order: reading them at random would miss the
 /// cache on nearly every input. Below it they stay in cache and are read in place.
 const REORDER_ABOVE_BYTES: usize = 1 << 20;
 
 /// How many inputs ahead the in-place AP walk prefetches label lists.
-const PREFETCH_DISTANCE: usize = 16;
+pub(crate) const PREFETCH_DISTANCE: usize = 16;
 
 /// The label lists of a unit's inputs laid out in its descending order, reused from unit
 /// to unit. One pass in input order scatters them, so the AP walk then reads memory
@@ -620,36 +483,75 @@ pub fn products_sparse(
     rows: &RowIndex,
     needs: &Needs,
 ) -> Vec<Products> {
-    let t = set.len();
-    let (mut raw, mut rank_cov) = (vec![0.0; t], vec![0.0; t]);
-    let values = rows.product_values();
+    let mut sums = SparseProducts::new(set.len());
     for (e, &i) in sp.rows.iter().enumerate() {
         // (as in `inverse_by_concept`: the entries' offsets are read at a stride)
         if let Some(&ahead) = sp.rows.get(e + PREFETCH_DISTANCE) {
             prefetch(rows.ptr.as_ptr().wrapping_add(ahead as usize));
         }
         let entries = rows.ptr[i as usize]..rows.ptr[i as usize + 1];
+        sums.add(unit, sp, e, entries, rows, needs);
+    }
+    sums.finish(unit, sp, set)
+}
+
+/// The sums of [`products_sparse`], entry by entry: the one home of their terms, which
+/// [`inverse_by_concept`] also adds when it reads the same rows for its labels.
+pub(crate) struct SparseProducts {
+    raw: Vec<f64>,
+    rank_cov: Vec<f64>,
+}
+
+impl SparseProducts {
+    pub(crate) fn new(t: usize) -> SparseProducts {
+        SparseProducts {
+            raw: vec![0.0; t],
+            rank_cov: vec![0.0; t],
+        }
+    }
+
+    /// Adds entry `e` of the unit, whose input's concept entries are `entries` of `rows`.
+    #[inline(always)]
+    pub(crate) fn add(
+        &mut self,
+        unit: &UnitProfile,
+        sp: &SparseEntries,
+        e: usize,
+        entries: std::ops::Range<usize>,
+        rows: &RowIndex,
+        needs: &Needs,
+    ) {
         if needs.products {
             let a = sp.values[e] * unit.scale;
+            let values = rows.product_values();
             for j in entries.clone() {
-                raw[rows.concept[j] as usize] += a * values[j];
+                self.raw[rows.concept[j] as usize] += a * values[j];
             }
         }
         if needs.rank_products {
             let w = sp.centred_rank[e] - sp.zero_centred_rank;
             for j in entries {
-                rank_cov[rows.concept[j] as usize] += w * rows.rank_above_zero[j];
+                self.rank_cov[rows.concept[j] as usize] += w * rows.rank_above_zero[j];
             }
         }
     }
-    set.columns
-        .iter()
-        .enumerate()
-        .map(|(c, col)| {
-            let rc = rank_cov[c] + sp.zero_centred_rank * col.rank_above_zero_sum;
-            Products::from_centred(raw[c] - unit.mean * col.sum, rc, unit, col)
-        })
-        .collect()
+
+    /// The products, once every entry is added.
+    pub(crate) fn finish(
+        self,
+        unit: &UnitProfile,
+        sp: &SparseEntries,
+        set: &ConceptSet,
+    ) -> Vec<Products> {
+        set.columns
+            .iter()
+            .enumerate()
+            .map(|(c, col)| {
+                let rc = self.rank_cov[c] + sp.zero_centred_rank * col.rank_above_zero_sum;
+                Products::from_centred(self.raw[c] - unit.mean * col.sum, rc, unit, col)
+            })
+            .collect()
+    }
 }
 
 /// [`inverse`] of a sparse unit: label sums over its entries plus the zero group's closed
@@ -766,14 +668,25 @@ mod tests {
 
     /// One unit's inverse sums by every path: the walk (label sums by input, or tiled over a
     /// block, and the AP walk down the order) and concept by concept; sparse units with the
-    /// order (the walk's) and without it (ranked by counting).
+    /// order (the walk's) and without it (ranked by counting). Where the concepts' rows are
+    /// their labels, the sparse unit's products from the pass concept by concept are checked
+    /// bit for bit against [`products_sparse`]; returns how many times they were.
     fn inverse_paths(
         a: &[f64],
         c: &[f64],
         n: usize,
         t: usize,
-    ) -> Vec<(&'static str, Vec<InverseSums>)> {
+    ) -> (Vec<(&'static str, Vec<InverseSums>)>, usize) {
         let needs = Needs::of(&[Metric::InverseAuc, Metric::InverseAuprc, Metric::Mad]);
+        // with the products too (the concepts then have rows only when sparse enough)
+        let with_products = Needs::of(&[
+            Metric::InverseAuc,
+            Metric::InverseAuprc,
+            Metric::Mad,
+            Metric::Correlation,
+            Metric::Spearman,
+        ]);
+        let mut products_checked = 0;
         let view = MatrixView::row_major(c, n, t).unwrap();
         let set = ConceptSet::build(&view, None, &needs, true).unwrap();
         let params = Params::default();
@@ -789,7 +702,7 @@ mod tests {
             ),
             (
                 "dense by concept",
-                inverse_by_concept(&dense, &set, &set.labels, &needs, &mut by_concept),
+                inverse_by_concept(&dense, &set, &set.labels, &needs, &mut by_concept, None).0,
             ),
         ];
         // (with concepts sparse enough for sweeps by input)
@@ -829,11 +742,41 @@ mod tests {
                 }
                 out.push((
                     name,
-                    inverse_by_concept(&p, &set, &set.labels, &needs, &mut by_concept),
+                    inverse_by_concept(&p, &set, &set.labels, &needs, &mut by_concept, None).0,
                 ));
+                let pset = ConceptSet::build(&view, None, &with_products, true).unwrap();
+                let Some(rows_as_labels) = pset.rows_as_labels() else {
+                    continue;
+                };
+                assert!(p.rebuild_sparse(
+                    n,
+                    &rows,
+                    &values,
+                    0,
+                    &with_products,
+                    &params,
+                    &mut scratch,
+                    ranks
+                ));
+                let sp = p.sparse.as_ref().unwrap();
+                let (sums, fused) = inverse_by_concept(
+                    &p,
+                    &pset,
+                    &pset.labels,
+                    &with_products,
+                    &mut by_concept,
+                    Some(rows_as_labels),
+                );
+                let swept = products_sparse(&p, sp, &pset, rows_as_labels, &with_products);
+                let bits = |p: &Products| [p.cov, p.dot, p.rank_cov].map(f64::to_bits);
+                for (j, (x, y)) in fused.unwrap().iter().zip(&swept).enumerate() {
+                    assert_eq!(bits(x), bits(y), "{name} concept {j}: {x:?} vs {y:?}");
+                }
+                out.push(("sparse by concept with products", sums));
+                products_checked += 1;
             }
         }
-        out
+        (out, products_checked)
     }
 
     proptest::proptest! {
@@ -842,7 +785,7 @@ mod tests {
         /// and sparse units, float16 values with ties and zeros (and negatives), soft concepts,
         /// concepts with no positive, a few, or thousands (the radix-sorted runs).
         #[test]
-        fn inverse_by_concept_equals_the_walk(seed in proptest::prelude::any::<u64>(), signed in proptest::prelude::any::<bool>(), sparse_concepts in proptest::prelude::any::<bool>(), n in 300usize..9000) {
+        fn inverse_by_concept_equals_the_walk(seed in proptest::prelude::any::<u64>(), signed in proptest::prelude::any::<bool>(), sparse_concepts in proptest::prelude::any::<bool>(), binary in proptest::prelude::any::<bool>(), n in 300usize..9000) {
             let t = 6;
             let mut s = seed;
             let mut next = || {
@@ -861,8 +804,12 @@ mod tests {
                 let r = next();
                 if r < density[j % t] { if next() < 0.7 { 1.0 } else { 0.5 + next() / 2.0 } }
                 else if r < density[j % t] * 1.3 { 0.3 } else { 0.0 }
-            }).collect();
-            let paths = inverse_paths(&a, &c, n, t);
+            }).map(|v| if binary { f64::from(u8::from(v >= 0.5)) } else { v }).collect();
+            let (paths, products_checked) = inverse_paths(&a, &c, n, t);
+            // binary sparse concepts: their rows are their labels, so the sparse units' products
+            // came from the pass concept by concept (and were checked against the sweep's)
+            let sparse_unit = a.contains(&0.0);
+            proptest::prop_assert_eq!(products_checked > 0, binary && sparse_concepts && sparse_unit);
             let (first, reference) = &paths[0];
             for (name, sums) in &paths[1..] {
                 // the dense and sparse transforms agree to rounding only (their moments differ)

@@ -1,0 +1,163 @@
+//! The inverse metrics concept by concept: one pass over a unit's inputs in ascending order
+//! appends each positive's group end to its concept's run, and each run, sorted, gives the
+//! concept's AP sum ([`crate::sweep::InverseLayout::ByConcept`]).
+
+use crate::concepts::{ConceptSet, LabelIndex, RowIndex};
+use crate::metric::Needs;
+use crate::numeric::resize_for_overwrite;
+use crate::pair::{InverseSums, Products};
+use crate::simd::prefetch;
+use crate::sweep::{SparseProducts, PREFETCH_DISTANCE};
+use crate::unit::UnitProfile;
+
+/// What [`inverse_by_concept`] reuses from unit to unit.
+#[derive(Debug, Default)]
+pub struct ByConcept {
+    /// The positives' group ends, concept after concept (a run as long as the concept's
+    /// positives each), where each concept's run is filled up to, and the sort's buffer.
+    ends: Vec<u32>,
+    filled: Vec<usize>,
+    sort: Vec<u32>,
+}
+
+/// [`crate::sweep::inverse`] (or [`crate::sweep::inverse_sparse`] for a sparse unit) with the AP sums concept by concept.
+/// One pass over the unit's inputs in ascending order (a sparse unit's entries) reads each
+/// one's labels, adds the label sums as [`crate::sweep::inverse`] does, and appends the input's group end
+/// (#{j : a_j >= a_i}) to each of its concepts' runs; each run, sorted, then gives the AP sum
+/// group by group in descending activation, as the walk adds it, with a sparse unit's zero
+/// group (its positives not among the entries) merged in at its place. Every access is in
+/// order except the appends (one stream per concept) and the short sorts. A dense unit must
+/// carry `at_least` ([`crate::ranks::RankOutputs::at_least`]) when AP is needed.
+///
+/// With `products` (the concepts' rows, when they hold exactly the labels:
+/// [`ConceptSet::rows_as_labels`]), a sparse unit's products come from the same pass, equal
+/// to [`crate::sweep::products_sparse`]'s bit for bit; else (and for a dense unit) the
+/// second result is None.
+pub fn inverse_by_concept(
+    unit: &UnitProfile,
+    set: &ConceptSet,
+    labels: &LabelIndex,
+    needs: &Needs,
+    scratch: &mut ByConcept,
+    products: Option<&RowIndex>,
+) -> (Vec<InverseSums>, Option<Vec<Products>>) {
+    debug_assert!(products.is_none_or(|r| r.ptr == labels.ptr));
+    let n = unit.n();
+    let mid = (n as f64 + 1.0) / 2.0;
+    let t = set.len();
+    let ByConcept { ends, filled, sort } = scratch;
+    filled.clear();
+    let mut run_start = 0;
+    for col in &set.columns {
+        filled.push(run_start);
+        run_start += col.n_positive();
+    }
+    let ap = needs.inverse_ap;
+    resize_for_overwrite(ends, if ap { run_start } else { 0 });
+    let mut out = vec![InverseSums::default(); t];
+    // a sparse unit's labels met among its entries, per concept (for the zero group)
+    let counting = unit.sparse.is_some();
+    let mut in_entries = vec![0usize; t];
+    // adds one labelled input (its value, midrank and group end) to its concepts
+    let mut add = |list: &[u32], a: f64, r: f64, g: u32, out: &mut [InverseSums]| {
+        for &c in list {
+            let o = &mut out[c as usize];
+            o.centred_sum += a;
+            o.rank_sum += r;
+            if counting {
+                in_entries[c as usize] += 1;
+            }
+            if ap {
+                let f = &mut filled[c as usize];
+                ends[*f] = g;
+                *f += 1;
+                // each concept's run is a write stream: fetch its line a cache line ahead
+                prefetch(ends.as_ptr().wrapping_add(*f + 16));
+            }
+        }
+    };
+    let list = |i: usize| &labels.concept[labels.ptr[i]..labels.ptr[i + 1]];
+    let mut sparse_products = None;
+    let zeros = match &unit.sparse {
+        None => {
+            for i in 0..n {
+                let list = list(i);
+                if list.is_empty() {
+                    continue;
+                }
+                let a = if needs.inverse_sums {
+                    unit.centred[i]
+                } else {
+                    0.0
+                };
+                let r = if needs.inverse_sums && needs.order {
+                    unit.centred_rank[i] + mid
+                } else {
+                    0.0
+                };
+                add(list, a, r, if ap { unit.at_least[i] } else { 0 }, &mut out);
+            }
+            None
+        }
+        Some(sp) => {
+            let mut sums = products.map(|_| SparseProducts::new(t));
+            for (e, &i) in sp.rows.iter().enumerate() {
+                // the entries' label offsets are read in steps of about N / nnz: fetch ahead
+                if let Some(&ahead) = sp.rows.get(e + PREFETCH_DISTANCE) {
+                    prefetch(labels.ptr.as_ptr().wrapping_add(ahead as usize));
+                }
+                let i = i as usize;
+                let r = if needs.order {
+                    sp.centred_rank[e] + mid
+                } else {
+                    0.0
+                };
+                let g = if ap { sp.at_least[e] } else { 0 };
+                add(list(i), sp.values[e] * unit.scale, r, g, &mut out);
+                if let (Some(sums), Some(rows)) = (&mut sums, products) {
+                    // the labels' own entries (the same offsets)
+                    sums.add(unit, sp, e, labels.ptr[i]..labels.ptr[i + 1], rows, needs);
+                }
+            }
+            sparse_products = sums.map(|s| s.finish(unit, sp, set));
+            // the zero entries' terms in closed form, as `inverse_sparse` adds them
+            let zero_rank = sp.zero_centred_rank + mid;
+            for ((o, col), &k) in out.iter_mut().zip(&set.columns).zip(&in_entries) {
+                o.centred_sum -= unit.mean * col.n_positive() as f64;
+                o.rank_sum += if needs.order {
+                    (col.n_positive() - k) as f64 * zero_rank
+                } else {
+                    0.0
+                };
+            }
+            Some((sp.zero_at_least, in_entries))
+        }
+    };
+    if ap {
+        let mut run_start = 0;
+        for (c, (o, col)) in out.iter_mut().zip(&set.columns).enumerate() {
+            let run = &mut ends[run_start..filled[c]];
+            run_start += col.n_positive();
+            sort_group_ends(run, sort, n);
+            let (extra_at, extra_count) = match &zeros {
+                Some((at, in_entries)) => (*at, col.n_positive() - in_entries[c]),
+                None => (0, 0),
+            };
+            o.ap =
+                crate::ranks::ap_of_sorted(run, extra_at as usize, extra_count, col.n_positive());
+        }
+    }
+    (out, sparse_products)
+}
+
+/// Sorts one concept's group ends (each at most `n`) ascending: a radix sort of the bits
+/// that n spans for long lists (n under 2^22), a comparison sort for short ones. Integers sort to one
+/// sequence whatever the method.
+fn sort_group_ends(ends: &mut [u32], buffer: &mut Vec<u32>, n: usize) {
+    let span = usize::BITS - n.leading_zeros();
+    if ends.len() < 256 || span > 22 {
+        ends.sort_unstable();
+    } else {
+        crate::radix::sort_small_u32(ends, buffer, span);
+    }
+}
