@@ -211,10 +211,12 @@ pub(crate) fn radix_keys(values: &[f64], scratch: &mut SortScratch) -> RadixKeys
 /// The low mantissa bits that float32 copies of float16 values all leave zero (23 - 10).
 const F16_SHARED_LOW_BITS: u32 = 13;
 
+crate::simd::widest! {
 /// Rewrites the float32 keys of `packed` as float16 order keys (0x8000 less the magnitude's
 /// position among float16's for a value >= 0, plus it for a negative one; 0 and -0 alike), and
 /// returns their extremes; None, leaving `packed` half rewritten, as soon as a chunk holds a
-/// value that is not an exact float16. Ascending keys are descending values, as before.
+/// value that is not an exact float16. Ascending keys are descending values, as before. The
+/// chunks' loops have no branch, so they vectorise.
 fn to_f16_keys(packed: &mut [u64]) -> Option<(u32, u32)> {
     let (mut min, mut max) = (u32::MAX, 0);
     for chunk in packed.chunks_mut(256) {
@@ -223,16 +225,16 @@ fn to_f16_keys(packed: &mut [u64]) -> Option<(u32, u32)> {
             let k = (*item >> 32) as u32;
             let negative = k > 1 << 31;
             let magnitude = if negative {
-                k - (1 << 31)
+                k.wrapping_sub(1 << 31)
             } else {
-                (1 << 31) - k
+                (1u32 << 31).wrapping_sub(k)
             };
             let (position, ok) = f16_position(magnitude);
             exact &= ok;
             let k16 = if negative {
                 0x8000 + position
             } else {
-                0x8000 - position
+                0x8000u32.wrapping_sub(position)
             };
             min = min.min(k16);
             max = max.max(k16);
@@ -244,26 +246,30 @@ fn to_f16_keys(packed: &mut [u64]) -> Option<(u32, u32)> {
     }
     Some((min, max))
 }
+}
 
 /// The position of a float32 magnitude (its bits less the sign) among float16's magnitudes
-/// (0, the 1,023 subnormals, then 30 binades of 1,024), and whether it is one of them.
+/// (0, the 1,023 subnormals, then 30 binades of 1,024), and whether it is one of them. Both
+/// cases are computed and one is selected, without branches.
 #[inline(always)]
 fn f16_position(magnitude: u32) -> (u32, bool) {
     let exponent = magnitude >> 23;
+    // a normal float16: its exponent and the top ten mantissa bits
+    let normal = ((exponent.wrapping_sub(112)) << 10) | ((magnitude >> 13) & 0x3ff);
+    let normal_ok = exponent <= 142 && magnitude & 0x1fff == 0;
+    // a subnormal float16 is an integer times 2^-24: the float32 significand (24 bits,
+    // worth 2^(exponent - 150) each) shifted right by 126 - exponent (14 to 23); exponents
+    // below 103 lie below float16's smallest magnitude
+    let shift = 126u32.saturating_sub(exponent).min(31);
+    let significand = (magnitude & 0x7f_ffff) | 0x80_0000;
+    let subnormal = significand >> shift;
+    let subnormal_ok = exponent >= 103 && significand & ((1u32 << shift) - 1) == 0;
     if exponent >= 113 {
-        // a normal float16: its exponent and the top ten mantissa bits
-        let position = ((exponent - 112) << 10) | ((magnitude >> 13) & 0x3ff);
-        (position, exponent <= 142 && magnitude & 0x1fff == 0)
+        (normal, normal_ok)
     } else if magnitude == 0 {
         (0, true)
-    } else if exponent >= 103 {
-        // a subnormal float16 is an integer times 2^-24: the float32 significand (24 bits,
-        // worth 2^(exponent - 150) each) shifted right by 126 - exponent (14 to 23)
-        let shift = 126 - exponent;
-        let significand = (magnitude & 0x7f_ffff) | 0x80_0000;
-        (significand >> shift, significand & ((1 << shift) - 1) == 0)
     } else {
-        (0, false) // below float16's smallest magnitude
+        (subnormal, subnormal_ok)
     }
 }
 
