@@ -100,7 +100,10 @@ pub fn inverse_by_concept(
             None
         }
         Some(sp) => {
-            let mut sums = products.map(|_| SparseProducts::new(t));
+            // binary concepts: each product term a * 1 is the label sum's own term a, added in
+            // the same order, so the label sums are the raw products
+            let raw_given = products.is_some_and(|r| r.values_are_one);
+            let mut sums = products.map(|_| SparseProducts::new(t, raw_given));
             for (e, &i) in sp.rows.iter().enumerate() {
                 // the entries' label offsets are read in steps of about N / nnz: fetch ahead
                 if let Some(&ahead) = sp.rows.get(e + PREFETCH_DISTANCE) {
@@ -119,7 +122,12 @@ pub fn inverse_by_concept(
                     sums.add(unit, sp, e, labels.ptr[i]..labels.ptr[i + 1], rows, needs);
                 }
             }
-            sparse_products = sums.map(|s| s.finish(unit, sp, set));
+            sparse_products = sums.map(|mut s| {
+                if raw_given {
+                    s.set_raw(out.iter().map(|o| o.centred_sum));
+                }
+                s.finish(unit, sp, set)
+            });
             // the zero entries' terms in closed form, as `inverse_sparse` adds them
             let zero_rank = sp.zero_centred_rank + mid;
             for ((o, col), &k) in out.iter_mut().zip(&set.columns).zip(&in_entries) {

@@ -239,6 +239,9 @@ pub struct RowIndex {
     pub rank: Vec<f64>,
     pub rank_above_zero: Vec<f64>,
     pub at_least: Vec<u32>,
+    /// Whether every product value is exactly 1 (binary concepts, scale 1): each product
+    /// term a * value is then a itself.
+    pub values_are_one: bool,
 }
 
 /// Positive labels grouped by input (CSR), concepts ascending.
@@ -275,6 +278,7 @@ impl RowIndex {
             rank_above_zero: vec![0.0; ranked],
             at_least: vec![0; ranked],
             ptr: Vec::new(),
+            values_are_one: false,
         };
         for (t, col) in columns.iter().enumerate() {
             for (j, &i) in col.nz_index.iter().enumerate() {
@@ -293,6 +297,7 @@ impl RowIndex {
             }
         }
         r.ptr = ptr;
+        r.values_are_one = r.product_values().iter().all(|&v| v == 1.0);
         r
     }
 

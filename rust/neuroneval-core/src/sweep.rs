@@ -483,7 +483,7 @@ pub fn products_sparse(
     rows: &RowIndex,
     needs: &Needs,
 ) -> Vec<Products> {
-    let mut sums = SparseProducts::new(set.len());
+    let mut sums = SparseProducts::new(set.len(), false);
     for (e, &i) in sp.rows.iter().enumerate() {
         // (as in `inverse_by_concept`: the entries' offsets are read at a stride)
         if let Some(&ahead) = sp.rows.get(e + PREFETCH_DISTANCE) {
@@ -500,14 +500,25 @@ pub fn products_sparse(
 pub(crate) struct SparseProducts {
     raw: Vec<f64>,
     rank_cov: Vec<f64>,
+    /// The raw sums are given at the end ([`SparseProducts::set_raw`]), not added.
+    raw_given: bool,
 }
 
 impl SparseProducts {
-    pub(crate) fn new(t: usize) -> SparseProducts {
+    pub(crate) fn new(t: usize, raw_given: bool) -> SparseProducts {
         SparseProducts {
             raw: vec![0.0; t],
             rank_cov: vec![0.0; t],
+            raw_given,
         }
+    }
+
+    /// The raw sums, from a pass that added the same terms in the same order (the label
+    /// sums, where every product value is 1 and the rows are the labels).
+    pub(crate) fn set_raw(&mut self, raw: impl Iterator<Item = f64>) {
+        debug_assert!(self.raw_given);
+        self.raw.clear();
+        self.raw.extend(raw);
     }
 
     /// Adds entry `e` of the unit, whose input's concept entries are `entries` of `rows`.
@@ -521,7 +532,7 @@ impl SparseProducts {
         rows: &RowIndex,
         needs: &Needs,
     ) {
-        if needs.products {
+        if needs.products && !self.raw_given {
             let a = sp.values[e] * unit.scale;
             let values = rows.product_values();
             for j in entries.clone() {
