@@ -272,6 +272,8 @@ fn score_block(
         sort,
         entry_rows,
         entry_values,
+        unit_rows,
+        unit_values,
         walk,
         by_concept,
     } = &mut *w;
@@ -309,7 +311,34 @@ fn score_block(
             pending.push((b, stored));
         }
     }
-    if !pending.is_empty() {
+    if sparse_ok && !pending.is_empty() && pending.iter().all(|&(_, tried)| !tried) {
+        // Each unit's nonzeros straight from the source, which widens them a tile of rows at a
+        // time: no whole f64 column is written and read back for a unit that turns out
+        // sparse. A dense one (or one whose top set the sparse form cannot hold) then gets
+        // its column back from its entries, zeros elsewhere.
+        let cols: Vec<usize> = pending.iter().map(|&(b, _)| units[b]).collect();
+        unit_rows.resize_with(cols.len(), Vec::new);
+        unit_values.resize_with(cols.len(), Vec::new);
+        for (r, v) in unit_rows.iter_mut().zip(unit_values.iter_mut()) {
+            r.clear();
+            v.clear();
+        }
+        activations.nonzeros_into(&cols, unit_rows, unit_values);
+        for (j, &(b, _)) in pending.iter().enumerate() {
+            let unit = job.first_unit + units[b];
+            let (rows, values) = (&unit_rows[j], &unit_values[j]);
+            let built = 2 * rows.len() < n
+                && sparse_transform(&mut profiles[b], n, rows, values, unit, job, sort);
+            if !built {
+                columns.clear();
+                columns.resize(n, 0.0);
+                for (&i, &v) in rows.iter().zip(values) {
+                    columns[i as usize] = v;
+                }
+                profiles[b].rebuild(&columns[..n], unit, needs, job.params, sort, job.ranks);
+            }
+        }
+    } else if !pending.is_empty() {
         let cols: Vec<usize> = pending.iter().map(|&(b, _)| units[b]).collect();
         // every source writes all of `columns`
         resize_for_overwrite(columns, cols.len() * n);
@@ -364,6 +393,9 @@ pub struct Workspace {
     sort: SortScratch,
     entry_rows: Vec<u32>,
     entry_values: Vec<f64>,
+    /// Each pending unit's nonzero entries, read from a dense source for the whole block.
+    unit_rows: Vec<Vec<u32>>,
+    unit_values: Vec<Vec<f64>>,
     walk: WalkLabels,
     by_concept: ByConcept,
 }
