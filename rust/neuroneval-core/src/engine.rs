@@ -274,6 +274,7 @@ fn score_block(
         entry_values,
         unit_rows,
         unit_values,
+        mostly_dense,
         walk,
         by_concept,
     } = &mut *w;
@@ -311,11 +312,15 @@ fn score_block(
             pending.push((b, stored));
         }
     }
-    if sparse_ok && !pending.is_empty() && pending.iter().all(|&(_, tried)| !tried) {
-        // Each unit's nonzeros straight from the source, which widens them a tile of rows at a
-        // time: no whole f64 column is written and read back for a unit that turns out
-        // sparse. A dense one (or one whose top set the sparse form cannot hold) then gets
-        // its column back from its entries, zeros elsewhere.
+    // Each unit's nonzeros straight from the source, which widens them a tile of rows at a
+    // time: no whole f64 column is written and read back for a unit that turns out sparse. A
+    // dense one (or one whose top set the sparse form cannot hold) then gets its column back
+    // from its entries, zeros elsewhere. Where most units of this thread's last block were
+    // dense, the columns come first instead. (Both give the same profiles: only the work
+    // differs.)
+    let by_entries = sparse_ok && !*mostly_dense && pending.iter().all(|&(_, tried)| !tried);
+    let mut dense_units = 0;
+    if by_entries && !pending.is_empty() {
         let cols: Vec<usize> = pending.iter().map(|&(b, _)| units[b]).collect();
         unit_rows.resize_with(cols.len(), Vec::new);
         unit_values.resize_with(cols.len(), Vec::new);
@@ -336,6 +341,7 @@ fn score_block(
                     columns[i as usize] = v;
                 }
                 profiles[b].rebuild(&columns[..n], unit, needs, job.params, sort, job.ranks);
+                dense_units += 1;
             }
         }
     } else if !pending.is_empty() {
@@ -363,8 +369,12 @@ fn score_block(
                 );
             if !built {
                 profiles[b].rebuild(a, unit, needs, job.params, sort, job.ranks);
+                dense_units += 1;
             }
         }
+    }
+    if !pending.is_empty() {
+        *mostly_dense = 2 * dense_units > pending.len();
     }
     score_profiles(profiles, concepts, job, walk, by_concept, outs);
 }
@@ -396,6 +406,8 @@ pub struct Workspace {
     /// Each pending unit's nonzero entries, read from a dense source for the whole block.
     unit_rows: Vec<Vec<u32>>,
     unit_values: Vec<Vec<f64>>,
+    /// Whether most units of the last block with units to read were dense.
+    mostly_dense: bool,
     walk: WalkLabels,
     by_concept: ByConcept,
 }
