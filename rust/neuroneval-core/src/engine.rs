@@ -274,7 +274,7 @@ fn score_block(
         entry_values,
         unit_rows,
         unit_values,
-        mostly_dense,
+        entries_first,
         walk,
         by_concept,
     } = &mut *w;
@@ -315,10 +315,10 @@ fn score_block(
     // Each unit's nonzeros straight from the source, which widens them a tile of rows at a
     // time: no whole f64 column is written and read back for a unit that turns out sparse. A
     // dense one (or one whose top set the sparse form cannot hold) then gets its column back
-    // from its entries, zeros elsewhere. Where most units of this thread's last block were
-    // dense, the columns come first instead. (Both give the same profiles: only the work
-    // differs.)
-    let by_entries = sparse_ok && !*mostly_dense && pending.iter().all(|&(_, tried)| !tried);
+    // from its entries, zeros elsewhere. That pays only where most units are sparse, so a
+    // thread reads this way once most units of its last block were; its first block, and
+    // dense data, read the columns. (Both give the same profiles: only the work differs.)
+    let by_entries = sparse_ok && *entries_first && pending.iter().all(|&(_, tried)| !tried);
     let mut dense_units = 0;
     if by_entries && !pending.is_empty() {
         let cols: Vec<usize> = pending.iter().map(|&(b, _)| units[b]).collect();
@@ -374,7 +374,7 @@ fn score_block(
         }
     }
     if !pending.is_empty() {
-        *mostly_dense = 2 * dense_units > pending.len();
+        *entries_first = 2 * dense_units < pending.len();
     }
     score_profiles(profiles, concepts, job, walk, by_concept, outs);
 }
@@ -406,8 +406,8 @@ pub struct Workspace {
     /// Each pending unit's nonzero entries, read from a dense source for the whole block.
     unit_rows: Vec<Vec<u32>>,
     unit_values: Vec<Vec<f64>>,
-    /// Whether most units of the last block with units to read were dense.
-    mostly_dense: bool,
+    /// Whether most units of the last block with units to read were sparse.
+    entries_first: bool,
     walk: WalkLabels,
     by_concept: ByConcept,
 }
