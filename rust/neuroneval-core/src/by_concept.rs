@@ -20,10 +20,11 @@ pub struct ByConcept {
     sort: Vec<u32>,
 }
 
-/// [`crate::sweep::inverse`] (or [`crate::sweep::inverse_sparse`] for a sparse unit) with the AP sums concept by concept.
-/// One pass over the unit's inputs in ascending order (a sparse unit's entries) reads each
-/// one's labels, adds the label sums as [`crate::sweep::inverse`] does, and appends the input's group end
-/// (#{j : a_j >= a_i}) to each of its concepts' runs; each run, sorted, then gives the AP sum
+/// [`crate::sweep::inverse`] (or [`crate::sweep::inverse_sparse`] for a sparse unit) with
+/// the AP sums concept by concept. One pass over the unit's inputs in ascending order (a
+/// sparse unit's entries) reads each one's labels, adds the label sums as
+/// [`crate::sweep::inverse`] does, and appends the input's group end (#{j : a_j >= a_i}) to
+/// each of its concepts' runs; each run, sorted, then gives the AP sum
 /// group by group in descending activation, as the walk adds it, with a sparse unit's zero
 /// group (its positives not among the entries) merged in at its place. Every access is in
 /// order except the appends (one stream per concept) and the short sorts. A dense unit must
@@ -159,8 +160,8 @@ pub fn inverse_by_concept(
 }
 
 /// Sorts one concept's group ends (each at most `n`) ascending: a radix sort of the bits
-/// that n spans for long lists (n under 2^22), a comparison sort for short ones. Integers sort to one
-/// sequence whatever the method.
+/// that n spans for long lists (n under 2^22), a comparison sort for short ones. Integers
+/// sort to one sequence whatever the method.
 fn sort_group_ends(ends: &mut [u32], buffer: &mut Vec<u32>, n: usize) {
     let span = usize::BITS - n.leading_zeros();
     if ends.len() < 256 || span > 22 {

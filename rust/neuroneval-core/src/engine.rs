@@ -430,9 +430,9 @@ fn score_profiles(
     };
 
     // Products with sparse concepts: one sweep over the concept rows for the block's dense
-    // units, one over its entries for each sparse unit.
-    // A sparse unit's products come from its pass concept by concept when that pass reads
-    // the same entries (labels that are the concepts' rows): one read of them, not two.
+    // units, one over its entries for each sparse unit; or, when its pass concept by concept
+    // reads the same entries (labels that are the concepts' rows), from that pass: one read
+    // of them, not two.
     let rows = concepts.rows.as_ref();
     let swept_products = dense.is_none() && (needs.products || needs.rank_products);
     let fused = concepts

@@ -726,13 +726,8 @@ mod tests {
     /// entries already in the outputs.
     #[test]
     fn row_major_nonzeros_match_a_plain_filter() {
-        let mut state = 11u64;
-        let mut next = || {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut rng = crate::rng::SplitMix64::new(11);
+        let mut next = || (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
         let (n, width) = (9000, 12);
         // column j is nonzero with probability about j / width
         let data: Vec<f64> = (0..n * width)
