@@ -622,6 +622,15 @@ def sparsify() -> Any:
     return pytest.importorskip("sparsify")
 
 
+def assert_same_latents(got: np.ndarray, want: np.ndarray) -> None:
+    """Our numpy encoding against a torch one: the same active latents, and values equal to
+    float32 rounding. Not bit for bit: numpy's and torch's float32 matmuls add in different
+    orders on some CPUs (an AMD EPYC here: 1 ulp apart on a 40 x 12 @ 12 x 30 product)."""
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert np.array_equal(got != 0, want != 0)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
 def saelens_encode(sae_lens: Any, directory: Path, x: np.ndarray) -> np.ndarray:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -647,7 +656,7 @@ def test_saelens_reads_what_write_saelens_wrote_and_encodes_the_same(
         assert np.array_equal(sae_module(read_saelens(tmp_path))(torch.from_numpy(x)).numpy(), want)
     got = read_saelens(tmp_path).encode(x)
     if norm == "none":
-        assert np.array_equal(got, want)
+        assert_same_latents(got, want)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert np.array_equal(got != 0, want != 0)
 
@@ -670,7 +679,7 @@ def test_what_saelens_saves_reads_back_and_encodes_the_same(sae_lens: Any, tmp_p
     x = np.random.default_rng(19).normal(size=(40, 12)).astype(np.float32)
     with torch.no_grad():
         want = original.encode(torch.from_numpy(x)).numpy()
-    assert np.array_equal(sae.encode(x), want)
+    assert_same_latents(sae.encode(x), want)
     assert (want > 0).any() and (want == 0).any()
 
 
@@ -702,7 +711,7 @@ def test_sparsify_reads_what_write_sparsify_wrote_and_the_other_way_round(
             return torch.zeros(len(x), coder.num_latents).scatter_(-1, out.top_indices, out.top_acts).numpy()
 
     want = dense(sparsify.SparseCoder.load_from_disk(tmp_path / "layers.0"))
-    assert np.array_equal(sae.encode(x), want)
+    assert_same_latents(sae.encode(x), want)
     with torch.no_grad():
         assert np.array_equal(sae_module(sae)(torch.from_numpy(x)).numpy(), want)
     torch.manual_seed(2)
@@ -714,4 +723,4 @@ def test_sparsify_reads_what_write_sparsify_wrote_and_the_other_way_round(
     coder.save_to_disk(tmp_path / "saved" / "layers.7")
     back = read_sparsify(tmp_path / "saved" / "layers.7")
     assert (back.d_sae, back.k, back.hook_name, back.apply_b_dec_to_input) == (40, 5, "layers.7", not transcode)
-    assert np.array_equal(back.encode(x), dense(coder))
+    assert_same_latents(back.encode(x), dense(coder))
