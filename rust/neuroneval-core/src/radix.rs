@@ -250,7 +250,8 @@ fn to_f16_keys(packed: &mut [u64]) -> Option<(u32, u32)> {
 
 /// The position of a float32 magnitude (its bits less the sign) among float16's magnitudes
 /// (0, the 1,023 subnormals, then 30 binades of 1,024), and whether it is one of them. Both
-/// cases are computed and one is selected, without branches.
+/// cases are computed and one is selected, without branches (so the unselected case may
+/// wrap: its arithmetic is wrapping).
 #[inline(always)]
 fn f16_position(magnitude: u32) -> (u32, bool) {
     let exponent = magnitude >> 23;

@@ -700,6 +700,7 @@ mod tests {
         let mut products_checked = 0;
         let view = MatrixView::row_major(c, n, t).unwrap();
         let set = ConceptSet::build(&view, None, &needs, true).unwrap();
+        let pset = ConceptSet::build(&view, None, &with_products, true).unwrap();
         let params = Params::default();
         let mut scratch = SortScratch::default();
         let mut walk = WalkLabels::default();
@@ -755,7 +756,6 @@ mod tests {
                     name,
                     inverse_by_concept(&p, &set, &set.labels, &needs, &mut by_concept, None).0,
                 ));
-                let pset = ConceptSet::build(&view, None, &with_products, true).unwrap();
                 let Some(rows_as_labels) = pset.rows_as_labels() else {
                     continue;
                 };
