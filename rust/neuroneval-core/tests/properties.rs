@@ -257,3 +257,62 @@ proptest! {
         prop_assert!(expected, "precision of an empty concept: {}", empty);
     }
 }
+
+/// A dense array of mostly-zero units with some dense ones among them: once a thread's last
+/// block was mostly sparse, it reads a block's units as entries, and a dense unit among them
+/// gets its column back from its entries (its zeros, -0.0 included, as +0.0). That unit's
+/// scores must still equal the pair kernel's, which reads the column itself, bit for bit.
+/// (4 blocks of 10 units, each of 7 sparse and 3 dense units, on at most 2 threads: at least
+/// two blocks come after one of the same thread.)
+#[test]
+fn dense_units_read_as_entries_match_the_pair_kernel() {
+    let (n, k, t) = (3000, 40, 3);
+    let mut s = 5u64;
+    let mut next = || {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (s >> 33) as f64 / (1u64 << 31) as f64
+    };
+    let dense_unit = |u: usize| u % 10 >= 7;
+    // signed values, ties (a few levels), and zeros of both signs
+    let a: Vec<f64> = (0..n * k)
+        .map(|j| {
+            let active = if dense_unit(j % k) { 0.7 } else { 0.2 };
+            if next() < active {
+                if next() < 0.3 {
+                    (next() * 4.0).floor() - 1.5
+                } else {
+                    next() - 0.5
+                }
+            } else if next() < 0.5 {
+                -0.0
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let c: Vec<f64> = (0..n * t)
+        .map(|_| if next() < 0.03 { 1.0 } else { 0.0 })
+        .collect();
+    let av = MatrixView::row_major(&a, n, k).unwrap();
+    let cv = MatrixView::row_major(&c, n, t).unwrap();
+    let params = Params::default();
+    let metrics = Metric::ALL.to_vec();
+    let full = score_matrix(&av, &cv, &metrics, &params, 0).unwrap();
+    let pairs: Vec<(i64, i64)> = (0..k as i64)
+        .filter(|&u| dense_unit(u as usize))
+        .flat_map(|u| (0..t as i64).map(move |c| (u, c)))
+        .collect();
+    let paired = score_pairs(&av, &cv, &pairs, &metrics, &params).unwrap();
+    for (m, (x, y)) in full.iter().zip(&paired).enumerate() {
+        for (&(u, c), v) in pairs.iter().zip(y) {
+            let w = x[u as usize * t + c as usize];
+            assert!(
+                w.to_bits() == v.to_bits() || (w.is_nan() && v.is_nan()),
+                "{} unit {u} concept {c}: {w} vs {v}",
+                metrics[m].name()
+            );
+        }
+    }
+}
