@@ -267,13 +267,8 @@ proptest! {
 #[test]
 fn dense_units_read_as_entries_match_the_pair_kernel() {
     let (n, k, t) = (3000, 40, 3);
-    let mut s = 5u64;
-    let mut next = || {
-        s = s
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (s >> 33) as f64 / (1u64 << 31) as f64
-    };
+    let mut rng = neuroneval_core::rng::SplitMix64::new(5);
+    let mut next = || (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
     let dense_unit = |u: usize| u % 10 >= 7;
     // signed values, ties (a few levels), and zeros of both signs
     let a: Vec<f64> = (0..n * k)
