@@ -452,13 +452,21 @@ fn radix_sort<T: Copy + Default>(
 }
 
 /// Sorts integers below 2^span (span <= 22) ascending in place, by LSD passes from `items`
-/// into `buffer` and back: two of 11-bit digits for long runs; three of 8-bit digits for runs
-/// under 4,096 items, where clearing and summing two 2,048-bucket tables would cost more than
-/// the third pass. All digits' counts come from one read.
+/// into `buffer` and back: bytes (two for spans up to 16 bits); above, two digits of half the
+/// span for long runs, three bytes for short ones, where clearing and summing the wider
+/// tables would cost more than the third pass. All digits' counts come from one read.
 pub(crate) fn sort_small_u32(items: &mut [u32], buffer: &mut Vec<u32>, span: u32) {
     debug_assert!(span <= 22);
-    if items.len() < 4096 {
+    let n = items.len();
+    // Above 16 bits, two digits of half the span each, or three bytes: whichever costs less
+    // in passes over the items plus buckets cleared and summed.
+    let half = span.div_ceil(2);
+    if span <= 16 || 3 * n + 3 * 256 <= 2 * n + (2 << half) {
         lsd_u32::<8, 256, 3>(items, buffer, span);
+    } else if half <= 9 {
+        lsd_u32::<9, 512, 2>(items, buffer, span);
+    } else if half <= 10 {
+        lsd_u32::<10, 1024, 2>(items, buffer, span);
     } else {
         lsd_u32::<11, 2048, 2>(items, buffer, span);
     }
@@ -727,8 +735,9 @@ mod tests {
     fn small_integer_sort_matches_a_comparison_sort() {
         let mut state = 5u64;
         let mut buffer = Vec::new();
-        for len in [0, 1, 2, 255, 4095, 4096, 20_000] {
-            for span in [1, 7, 8, 9, 11, 12, 16, 17, 21, 22] {
+        // (each way of sorting: one to three bytes, two digits of 9, 10 or 11 bits)
+        for len in [0, 1, 2, 255, 1000, 1500, 3500, 4095, 4096, 20_000] {
+            for span in [1, 7, 8, 9, 11, 12, 16, 17, 18, 19, 20, 21, 22] {
                 let mut v: Vec<u32> = (0..len)
                     .map(|_| {
                         state = state

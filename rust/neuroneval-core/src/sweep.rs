@@ -736,8 +736,8 @@ mod tests {
                 let mut p = UnitProfile::default();
                 assert!(p.rebuild_sparse(
                     n,
-                    &rows,
-                    &values,
+                    &mut rows.clone(),
+                    &mut values.clone(),
                     0,
                     &needs,
                     &params,
@@ -761,8 +761,8 @@ mod tests {
                 };
                 assert!(p.rebuild_sparse(
                     n,
-                    &rows,
-                    &values,
+                    &mut rows.clone(),
+                    &mut values.clone(),
                     0,
                     &with_products,
                     &params,

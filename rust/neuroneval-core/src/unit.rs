@@ -374,13 +374,15 @@ impl UnitProfile {
     /// `values` != 0 and finite). Returns false, leaving the profile unusable, when the
     /// top-alpha set is neither inside the entries nor every input, or when the units are
     /// already binary ([`Params::binary_units`]) and a top set is needed: the caller then
-    /// builds the dense profile. Requires at least one zero entry.
+    /// builds the dense profile. Requires at least one zero entry. The entries move into the
+    /// profile: on success `rows` and `values` hold buffers of no meaning (for reuse), and
+    /// on failure the entries as given.
     #[allow(clippy::too_many_arguments)]
     pub fn rebuild_sparse(
         &mut self,
         n: usize,
-        rows: &[u32],
-        values: &[f64],
+        rows: &mut Vec<u32>,
+        values: &mut Vec<f64>,
         unit: usize,
         needs: &Needs,
         params: &Params,
@@ -394,20 +396,24 @@ impl UnitProfile {
         debug_assert!(nnz < n);
         let n_zero = n - nnz;
         let mut sp = self.sparse.take().unwrap_or_default();
-        sp.rows.clear();
-        sp.rows.extend_from_slice(rows);
-        sp.values.clear();
-        sp.values.extend_from_slice(values);
+        // the entries move in (no copy); the caller gets the last unit's buffers back, or its
+        // own entries when the sparse form cannot hold this unit
+        std::mem::swap(&mut sp.rows, rows);
+        std::mem::swap(&mut sp.values, values);
+        let give_back = |sp: &mut SparseEntries, rows: &mut Vec<u32>, values: &mut Vec<f64>| {
+            std::mem::swap(&mut sp.rows, rows);
+            std::mem::swap(&mut sp.values, values);
+        };
         self.n = n;
         // The moments of the values times their magnitude scale, as the dense profile has
         // them (a copy only for tiny or huge values; `sp.values` keep the values themselves,
         // which the ranks and the top set read).
-        self.scale = magnitude_scale(values.iter().fold(0.0f64, |m, v| m.max(v.abs())));
+        self.scale = magnitude_scale(sp.values.iter().fold(0.0f64, |m, v| m.max(v.abs())));
         let scaled_copy: Vec<f64>;
         let scaled = if self.scale == 1.0 {
-            values
+            &sp.values
         } else {
-            scaled_copy = values.iter().map(|v| v * self.scale).collect();
+            scaled_copy = sp.values.iter().map(|v| v * self.scale).collect();
             &scaled_copy
         };
         self.mean = lane_sum(scaled) / n as f64;
@@ -430,7 +436,7 @@ impl UnitProfile {
         self.top_is_all = false;
 
         sp.n_zero = n_zero;
-        sp.n_above = values.iter().filter(|&&v| v > 0.0).count();
+        sp.n_above = sp.values.iter().filter(|&&v| v > 0.0).count();
         sp.centred_rank.clear();
         sp.order.clear();
         sp.group_end.clear();
@@ -441,7 +447,7 @@ impl UnitProfile {
         let top_inside = needs.top_set && n_top <= sp.n_above;
         let walked = needs.order && ranks.order;
         if walked || needs.top_random || (needs.top_set && !top_inside) {
-            crate::radix::sort_descending_into(values, &mut sp.order, scratch);
+            crate::radix::sort_descending_into(&sp.values, &mut sp.order, scratch);
         }
         if needs.order && sp.order.is_empty() {
             self.centred_rank_norm = sparse_ranks_unordered(&mut sp, n, scratch);
@@ -454,15 +460,16 @@ impl UnitProfile {
             if top_inside {
                 // b lies inside the positive entries: ties at the cut included, ascending
                 if sp.order.is_empty() {
-                    crate::radix::top_k_set_into(values, n_top, &mut self.top);
+                    crate::radix::top_k_set_into(&sp.values, n_top, &mut self.top);
                     for e in self.top.iter_mut() {
-                        *e = rows[*e as usize];
+                        *e = sp.rows[*e as usize];
                     }
                 } else {
-                    let cut = values[sp.order[n_top - 1] as usize];
+                    let cut = sp.values[sp.order[n_top - 1] as usize];
                     self.top.extend(
-                        rows.iter()
-                            .zip(values)
+                        sp.rows
+                            .iter()
+                            .zip(&sp.values)
                             .filter(|(_, &v)| v >= cut)
                             .map(|(&i, _)| i),
                     );
@@ -474,15 +481,16 @@ impl UnitProfile {
                 let below_zero = nnz - sp.n_above;
                 let cut_position = n_top - 1;
                 let everything = below_zero == 0 || {
-                    let last = values[sp.order[nnz - 1] as usize];
+                    let last = sp.values[sp.order[nnz - 1] as usize];
                     let cut = if cut_position < sp.n_above + n_zero {
                         0.0
                     } else {
-                        values[sp.order[cut_position - n_zero] as usize]
+                        sp.values[sp.order[cut_position - n_zero] as usize]
                     };
                     last >= cut
                 };
                 if !everything {
+                    give_back(&mut sp, rows, values);
                     self.sparse = Some(sp);
                     return false;
                 }

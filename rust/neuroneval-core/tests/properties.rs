@@ -258,9 +258,10 @@ proptest! {
     }
 }
 
-/// A dense array of mostly-zero units with some dense ones among them: once a thread's last
-/// block was mostly sparse, it reads a block's units as entries, and a dense unit among them
-/// gets its column back from its entries (its zeros, -0.0 included, as +0.0). That unit's
+/// A dense array of mostly-zero units with some dense ones among them (90% nonzeros, above
+/// the engine's limit for a sparse profile): once a thread's last block was mostly sparse, it
+/// reads a block's units as entries, and a dense unit among them gets its column back from
+/// its entries (its zeros, -0.0 included, as +0.0). That unit's
 /// scores must still equal the pair kernel's, which reads the column itself, bit for bit.
 /// (4 blocks of 10 units, each of 7 sparse and 3 dense units, on at most 2 threads: at least
 /// two blocks come after one of the same thread.)
@@ -273,7 +274,7 @@ fn dense_units_read_as_entries_match_the_pair_kernel() {
     // signed values, ties (a few levels), and zeros of both signs
     let a: Vec<f64> = (0..n * k)
         .map(|j| {
-            let active = if dense_unit(j % k) { 0.7 } else { 0.2 };
+            let active = if dense_unit(j % k) { 0.9 } else { 0.2 };
             if next() < active {
                 if next() < 0.3 {
                     (next() * 4.0).floor() - 1.5
