@@ -318,6 +318,29 @@ crate::simd::widest! {
 pub fn lane_sum(values: &[f64]) -> f64 {
     lanes(values, 0.0, |acc, v| acc + v, |a, b| a + b)
 }
+
+/// The sum of `v - shift` over a long slice, in eight lanes.
+pub fn shifted_lane_sum(values: &[f64], shift: f64) -> f64 {
+    lanes(values, 0.0, |acc, v| acc + (v - shift), |a, b| a + b)
+}
+
+/// [`robust_norm`] of `v - shift` over a long slice plus `extra_count` copies of `extra`:
+/// the largest magnitude and the scaled squares each in eight lanes.
+pub fn robust_norm_shifted_slice(values: &[f64], shift: f64, extra: f64, extra_count: usize) -> f64 {
+    let larger = |acc: f64, v: f64| if v > acc { v } else { acc };
+    let mut max = lanes(values, 0.0, |acc, v| larger(acc, (v - shift).abs()), larger);
+    if extra_count > 0 {
+        max = max.max(extra.abs());
+    }
+    scaled_norm(max, |inv| {
+        let e = extra * inv;
+        let square = |acc: f64, v: f64| {
+            let s = (v - shift) * inv;
+            acc + s * s
+        };
+        lanes(values, 0.0, square, |a, b| a + b) + extra_count as f64 * e * e
+    })
+}
 }
 
 /// Folds `values` into eight interleaved accumulators, then combines them pairwise.
@@ -496,5 +519,41 @@ mod tests {
         let want = 1.5 * 1e308;
         assert!((robust_norm_slice(&huge) - want).abs() <= 1e-15 * want);
         assert_eq!(robust_norm_slice(&[0.0, 0.0]), 0.0);
+    }
+
+    /// The shifted sums in lanes against the same sums in one pass (float64 rounding apart):
+    /// lengths around the eight lanes, magnitudes near both ends of the range, and the
+    /// closed-form extra terms of a sparse unit's zeros.
+    #[test]
+    fn shifted_lane_sums_match_a_plain_pass() {
+        let mut state = 11u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+        };
+        for magnitude in [1e-300, 1.0, 1e300] {
+            for len in [0, 1, 7, 8, 9, 100, 1001] {
+                let values: Vec<f64> = (0..len).map(|_| next() * magnitude).collect();
+                let shift = 0.1 * magnitude;
+                let (extra, count) = (-shift, 5);
+                let sum: f64 = values.iter().map(|v| v - shift).sum();
+                let ours = shifted_lane_sum(&values, shift);
+                assert!(
+                    (ours - sum).abs() <= 1e-12 * magnitude * len.max(1) as f64,
+                    "{ours} {sum}"
+                );
+                let want = robust_norm(values.iter().map(|v| v - shift), extra, count);
+                let got = robust_norm_shifted_slice(&values, shift, extra, count);
+                assert!(
+                    (got - want).abs() <= 1e-14 * want,
+                    "{magnitude} {len}: {got} vs {want}"
+                );
+                assert!(got.is_finite() && got > 0.0);
+                let bare = robust_norm_shifted_slice(&values, 0.0, 0.0, 0);
+                assert_eq!(bare.to_bits(), robust_norm_slice(&values).to_bits());
+            }
+        }
     }
 }

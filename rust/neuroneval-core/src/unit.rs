@@ -2,8 +2,8 @@
 
 use crate::metric::{top_count, Needs, Params};
 use crate::numeric::{
-    centred_moments, lane_sum, magnitude_scale, robust_norm, robust_norm_slice,
-    robust_norm_slice_with_max, sum_and_max_abs,
+    centred_moments, lane_sum, magnitude_scale, max_abs_slice, robust_norm_shifted_slice,
+    robust_norm_slice, robust_norm_slice_with_max, shifted_lane_sum, sum_and_max_abs,
 };
 use crate::radix::SortScratch;
 use crate::ranks::{centred_rank_norm, rank, rank_into_with, tie_term, RankOutputs, Ranking};
@@ -408,7 +408,7 @@ impl UnitProfile {
         // The moments of the values times their magnitude scale, as the dense profile has
         // them (a copy only for tiny or huge values; `sp.values` keep the values themselves,
         // which the ranks and the top set read).
-        self.scale = magnitude_scale(sp.values.iter().fold(0.0f64, |m, v| m.max(v.abs())));
+        self.scale = magnitude_scale(max_abs_slice(&sp.values));
         let scaled_copy: Vec<f64>;
         let scaled = if self.scale == 1.0 {
             &sp.values
@@ -418,13 +418,14 @@ impl UnitProfile {
         };
         self.mean = lane_sum(scaled) / n as f64;
         let mean = self.mean;
-        self.centred_sum = scaled.iter().map(|v| v - mean).sum::<f64>() - n_zero as f64 * mean;
+        // (each sum in eight lanes, as the dense profile's)
+        self.centred_sum = shifted_lane_sum(scaled, mean) - n_zero as f64 * mean;
         self.centred_norm = if nnz == 0 {
             0.0 // constant 0: exactly 0, as the dense profile has it
         } else {
-            robust_norm(scaled.iter().map(|v| v - mean), -mean, n_zero)
+            robust_norm_shifted_slice(scaled, mean, -mean, n_zero)
         };
-        self.norm = robust_norm(scaled.iter().copied(), 0.0, 0);
+        self.norm = robust_norm_slice(scaled);
         for v in [&mut self.centred, &mut self.centred_rank] {
             v.clear();
         }
