@@ -56,8 +56,9 @@ pub fn inverse_by_concept(
     let ap = needs.inverse_ap;
     resize_for_overwrite(ends, if ap { run_start } else { 0 });
     let mut out = vec![InverseSums::default(); t];
-    // a sparse unit's labels met among its entries, per concept (for the zero group)
-    let counting = unit.sparse.is_some();
+    // a sparse unit's labels met among its entries, per concept (for the zero group): counted
+    // here without the AP, else the length of the concept's run
+    let counting = unit.sparse.is_some() && !ap;
     let mut in_entries = vec![0usize; t];
     // adds one labelled input (its value, midrank and group end) to its concepts
     let mut add = |list: &[u32], a: f64, r: f64, g: u32, out: &mut [InverseSums]| {
@@ -121,6 +122,16 @@ pub fn inverse_by_concept(
                 if let (Some(sums), Some(rows)) = (&mut sums, products) {
                     // the labels' own entries (the same offsets)
                     sums.add(unit, sp, e, labels.ptr[i]..labels.ptr[i + 1], rows, needs);
+                }
+            }
+            if ap {
+                let starts = set.columns.iter().scan(0, |start, col| {
+                    let run = *start;
+                    *start += col.n_positive();
+                    Some(run)
+                });
+                for ((k, &end), start) in in_entries.iter_mut().zip(filled.iter()).zip(starts) {
+                    *k = end - start;
                 }
             }
             sparse_products = sums.map(|mut s| {
