@@ -14,8 +14,10 @@ use crate::unit::UnitProfile;
 #[derive(Debug, Default)]
 pub struct ByConcept {
     /// The positives' group ends, concept after concept (a run as long as the concept's
-    /// positives each), where each concept's run is filled up to, and the sort's buffer.
+    /// positives each), where each concept's run starts and is filled up to, and the sort's
+    /// buffer.
     ends: Vec<u32>,
+    starts: Vec<usize>,
     filled: Vec<usize>,
     sort: Vec<u32>,
 }
@@ -46,13 +48,19 @@ pub fn inverse_by_concept(
     let n = unit.n();
     let mid = (n as f64 + 1.0) / 2.0;
     let t = set.len();
-    let ByConcept { ends, filled, sort } = scratch;
-    filled.clear();
+    let ByConcept {
+        ends,
+        starts,
+        filled,
+        sort,
+    } = scratch;
+    starts.clear();
     let mut run_start = 0;
     for col in &set.columns {
-        filled.push(run_start);
+        starts.push(run_start);
         run_start += col.n_positive();
     }
+    filled.clone_from(starts);
     let ap = needs.inverse_ap;
     resize_for_overwrite(ends, if ap { run_start } else { 0 });
     let mut out = vec![InverseSums::default(); t];
@@ -125,12 +133,7 @@ pub fn inverse_by_concept(
                 }
             }
             if ap {
-                let starts = set.columns.iter().scan(0, |start, col| {
-                    let run = *start;
-                    *start += col.n_positive();
-                    Some(run)
-                });
-                for ((k, &end), start) in in_entries.iter_mut().zip(filled.iter()).zip(starts) {
+                for ((k, &end), &start) in in_entries.iter_mut().zip(filled.iter()).zip(&*starts) {
                     *k = end - start;
                 }
             }
@@ -154,10 +157,8 @@ pub fn inverse_by_concept(
         }
     };
     if ap {
-        let mut run_start = 0;
         for (c, (o, col)) in out.iter_mut().zip(&set.columns).enumerate() {
-            let run = &mut ends[run_start..filled[c]];
-            run_start += col.n_positive();
+            let run = &mut ends[starts[c]..filled[c]];
             sort_group_ends(run, sort, n);
             let (extra_at, extra_count) = match &zeros {
                 Some((at, in_entries)) => (*at, col.n_positive() - in_entries[c]),

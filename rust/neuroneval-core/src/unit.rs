@@ -400,23 +400,25 @@ impl UnitProfile {
         // own entries when the sparse form cannot hold this unit
         std::mem::swap(&mut sp.rows, rows);
         std::mem::swap(&mut sp.values, values);
-        let give_back = |sp: &mut SparseEntries, rows: &mut Vec<u32>, values: &mut Vec<f64>| {
-            std::mem::swap(&mut sp.rows, rows);
-            std::mem::swap(&mut sp.values, values);
-        };
         self.n = n;
         // The moments of the values times their magnitude scale, as the dense profile has
         // them (a copy only for tiny or huge values; `sp.values` keep the values themselves,
         // which the ranks and the top set read).
-        self.scale = magnitude_scale(max_abs_slice(&sp.values));
+        // (the sum and the largest magnitude in one pass, as the dense profile has them)
+        let (sum, max_abs) = sum_and_max_abs(&sp.values);
+        self.scale = magnitude_scale(max_abs);
         let scaled_copy: Vec<f64>;
-        let scaled = if self.scale == 1.0 {
-            &sp.values
+        let (scaled, sum, max_abs) = if self.scale == 1.0 {
+            (&sp.values, sum, max_abs)
         } else {
             scaled_copy = sp.values.iter().map(|v| v * self.scale).collect();
-            &scaled_copy
+            (
+                &scaled_copy,
+                lane_sum(&scaled_copy),
+                max_abs_slice(&scaled_copy),
+            )
         };
-        self.mean = lane_sum(scaled) / n as f64;
+        self.mean = sum / n as f64;
         let mean = self.mean;
         // (each sum in eight lanes, as the dense profile's)
         self.centred_sum = shifted_lane_sum(scaled, mean) - n_zero as f64 * mean;
@@ -425,7 +427,7 @@ impl UnitProfile {
         } else {
             robust_norm_shifted_slice(scaled, mean, -mean, n_zero)
         };
-        self.norm = robust_norm_slice(scaled);
+        self.norm = robust_norm_slice_with_max(scaled, max_abs);
         for v in [&mut self.centred, &mut self.centred_rank] {
             v.clear();
         }
@@ -491,7 +493,8 @@ impl UnitProfile {
                     last >= cut
                 };
                 if !everything {
-                    give_back(&mut sp, rows, values);
+                    std::mem::swap(&mut sp.rows, rows);
+                    std::mem::swap(&mut sp.values, values);
                     self.sparse = Some(sp);
                     return false;
                 }
