@@ -225,7 +225,7 @@ pub struct ConceptSet {
     pub built_for: Option<Needs>,
 }
 
-/// Concept entries grouped by input (CSR): entries of row i at ptr[i]..ptr[i+1],
+/// Concept entries grouped by input (CSR): entries of row i at `ptr[i]..ptr[i+1]`,
 /// concepts ascending, each with the column's value, midrank (also less the column's zero
 /// midrank, as the products use it) and threshold size.
 #[derive(Debug, Default)]

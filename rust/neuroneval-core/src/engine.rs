@@ -16,13 +16,13 @@ use crate::source::MatrixSource;
 use crate::sweep::{self, ByConcept, InverseLayout, WalkLabels};
 use crate::unit::{UnitProfile, PAIR_KERNEL_RANKS};
 
-/// Units transformed and multiplied together: at most 32 ([`crate::gemm::MAX_ROWS`]), fewer
+/// Units transformed and multiplied together: at most 32 (`gemm::MAX_ROWS`), fewer
 /// when N is so large that 32 units' transforms would take more than a few hundred
 /// megabytes, and fewer when there are few units, so that every thread of several gets
 /// about two blocks (20 units on 2 threads: 4 blocks of 5, not one block on one thread).
 /// Every sum
 /// of one (unit, concept) runs over that unit alone in a fixed order, and the dense
-/// product gives a row the same bits whatever the block ([`crate::gemm::at_b`]), so no
+/// product gives a row the same bits whatever the block (`gemm::at_b`), so no
 /// output value depends on the block size, hence on the threads.
 pub fn unit_block(n_inputs: usize, n_units: usize, threads: usize) -> usize {
     let by_memory = (8_000_000 / n_inputs.max(1)).clamp(4, crate::gemm::MAX_ROWS);

@@ -255,7 +255,7 @@ fn correlation_from(cov: f64, norm_x: f64, norm_y: f64) -> f64 {
 }
 
 impl PairKernel {
-    /// Writes metrics[j] of the pair into out[j], from the sums in `pre` where present.
+    /// Writes `metrics[j]` of the pair into `out[j]`, from the sums in `pre` where present.
     #[allow(clippy::too_many_arguments)]
     pub fn score(
         &mut self,

@@ -31,7 +31,7 @@ fn descending_key_f32(v: f32) -> u32 {
 
 /// Indices sorted by value descending, ties by index ascending (so the order is unique).
 ///
-/// An LSD radix sort of an order key ([`radix_sort`]): stable, so ties keep index order.
+/// An LSD radix sort of an order key (`radix_sort`): stable, so ties keep index order.
 /// Values that are all exact float32 (activations usually are) sort by a 32-bit key packed
 /// with the index into one u64, halving the data moved; only the key bits that vary are
 /// sorted, so float16 values take two passes and float32 values four.
@@ -144,7 +144,7 @@ impl Bins {
 /// compare the two paths on the same data.
 static COUNTING_RANKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
-/// Turns counting ranks on or off for the whole process (see [`COUNTING_RANKS`]).
+/// Turns counting ranks on or off for the whole process (see `COUNTING_RANKS`).
 pub fn set_counting_ranks(enabled: bool) {
     COUNTING_RANKS.store(enabled, std::sync::atomic::Ordering::Relaxed);
 }

@@ -72,7 +72,7 @@ impl RankOutputs {
 /// half-integers, so the difference is exact).
 ///
 /// Values whose float32 keys span few bins (float16 and bfloat16 values, small integers:
-/// [`crate::radix::COUNTING_BINS`]) are ranked by counting: a histogram of the bins, its
+/// `radix::COUNTING_BINS`) are ranked by counting: a histogram of the bins, its
 /// prefix sum, then each value's midrank from its bin's start and end, in input order, with
 /// no sort at all unless the order is asked for (then one stable counting pass). Other values
 /// are sorted by the radix sort and ranked by a walk over the sorted keys. Both give the same
