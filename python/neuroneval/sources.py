@@ -265,11 +265,12 @@ def input_paths(*inputs: Any) -> list[Path]:
 
 def _hash_array(h: Any, a: np.ndarray) -> None:
     h.update(f"{a.shape}{a.strides}".encode())
-    # Row blocks keep the temporary copies small for strided arrays.
+    # Hashed from the buffer itself (no bytes copy); row blocks keep the temporary copies of
+    # strided arrays small.
     flat = a.reshape(a.shape[0], -1) if a.ndim > 1 else a.reshape(-1, 1)
     step = max(1, (64 << 20) // max(1, flat.shape[1] * a.itemsize))
     for s in range(0, flat.shape[0], step):
-        h.update(np.ascontiguousarray(flat[s : s + step]).tobytes())
+        h.update(np.ascontiguousarray(flat[s : s + step]))
 
 
 def _npy_header(path: Path) -> tuple[tuple[int, ...], bool, np.dtype[Any], int]:

@@ -55,6 +55,11 @@ pub struct UnitProfile {
     /// Present for a unit transformed from its nonzero entries only ([`SparseEntries`]);
     /// then `centred`, `centred_rank`, `at_least`, `order` and `in_top` are empty.
     pub sparse: Option<SparseEntries>,
+    /// The buffers of the last sparse form while the profile is dense, kept for the next
+    /// unit that is sparse: a block's units turn from one form to the other, and dropping
+    /// them each time would fault in fresh pages for every such unit (at N = 10^6 the
+    /// kernel's page clearing cost more than the ranking).
+    spare: SparseEntries,
     /// The top-random subset (with duplicates), its activations and their midranks.
     pub subset: Vec<u32>,
     pub subset_a: Vec<f64>,
@@ -165,7 +170,9 @@ impl UnitProfile {
             ranking.group_end,
         );
 
-        self.sparse = None;
+        if let Some(sp) = self.sparse.take() {
+            self.spare = sp;
+        }
         self.top_is_all = false;
         self.top.clear();
         self.in_top.clear();
@@ -395,7 +402,10 @@ impl UnitProfile {
         let nnz = rows.len();
         debug_assert!(nnz < n);
         let n_zero = n - nnz;
-        let mut sp = self.sparse.take().unwrap_or_default();
+        let mut sp = self
+            .sparse
+            .take()
+            .unwrap_or_else(|| std::mem::take(&mut self.spare));
         // the entries move in (no copy); the caller gets the last unit's buffers back, or its
         // own entries when the sparse form cannot hold this unit
         std::mem::swap(&mut sp.rows, rows);
@@ -444,6 +454,9 @@ impl UnitProfile {
         sp.order.clear();
         sp.group_end.clear();
         sp.at_least.clear();
+        // (set by the ranks when needed; nothing of an earlier unit stays)
+        sp.zero_centred_rank = 0.0;
+        sp.zero_at_least = 0;
         let n_top = top_count(params.alpha, n);
         // A top set inside the positive entries needs only its cut (a selection); the ranks,
         // the top-random draws and a cut among the zeros or below read the order.
@@ -595,6 +608,85 @@ fn sparse_ranks(sp: &mut SparseEntries, n: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A profile rebuilt from entries, then densely, then from entries again (as a block's
+    /// profiles are when its units change form) holds what a fresh profile of the last unit
+    /// holds: the buffers kept from the earlier forms carry nothing over.
+    #[test]
+    fn a_profile_reused_across_forms_equals_a_fresh_one() {
+        let mut rng = SplitMix64::for_stream(5, 0);
+        let n = 3000;
+        // few distinct levels (ties), zeros with the given share, some negative entries
+        let mut uniform = move || (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        let mut unit = |zeros: f64| -> Vec<f64> {
+            (0..n)
+                .map(|_| {
+                    if uniform() < zeros {
+                        0.0
+                    } else {
+                        (uniform() * 12.0).floor() - 2.0
+                    }
+                })
+                .collect()
+        };
+        let (first, dense, last) = (unit(0.4), unit(0.0), unit(0.7));
+        let params = Params::default();
+        let entries = |a: &[f64]| -> (Vec<u32>, Vec<f64>) {
+            (0..n as u32)
+                .filter(|&i| a[i as usize] != 0.0)
+                .map(|i| (i, a[i as usize]))
+                .unzip()
+        };
+        let mut sort = SortScratch::default();
+        let every = Needs::of(&crate::metric::Metric::ALL);
+        // the last unit also under a call with no ranks (profiles are kept from call to
+        // call), which leaves the rank fields of its entries unset
+        let products = Needs::of(&[crate::metric::Metric::Correlation]);
+        for (last_needs, ranks) in [
+            (every, PAIR_KERNEL_RANKS),
+            (every, RankOutputs::ALL),
+            (products, PAIR_KERNEL_RANKS),
+        ] {
+            let from_entries =
+                |p: &mut UnitProfile, a: &[f64], needs: &Needs, sort: &mut SortScratch| {
+                    let (mut rows, mut values) = entries(a);
+                    let built =
+                        p.rebuild_sparse(n, &mut rows, &mut values, 3, needs, &params, sort, ranks);
+                    assert!(
+                        built,
+                        "the test's units hold their top set among the entries"
+                    );
+                };
+            let mut reused = UnitProfile::default();
+            from_entries(&mut reused, &first, &every, &mut sort);
+            reused.rebuild(&dense, 3, &every, &params, &mut sort, ranks);
+            assert!(reused.sparse.is_none());
+            from_entries(&mut reused, &last, &last_needs, &mut sort);
+            let mut fresh = UnitProfile::default();
+            from_entries(&mut fresh, &last, &last_needs, &mut sort);
+            assert_eq!(
+                format!("{:?}", reused.sparse),
+                format!("{:?}", fresh.sparse)
+            );
+            let scalars = |p: &UnitProfile| {
+                (
+                    p.n,
+                    p.mean.to_bits(),
+                    p.scale.to_bits(),
+                    p.centred_sum.to_bits(),
+                    p.centred_norm.to_bits(),
+                    p.norm.to_bits(),
+                    p.centred_rank_norm.to_bits(),
+                    p.n_top,
+                    p.top.clone(),
+                    p.top_is_all,
+                    p.subset.clone(),
+                )
+            };
+            assert_eq!(scalars(&reused), scalars(&fresh));
+            assert!(reused.centred.is_empty() && reused.centred_rank.is_empty());
+        }
+    }
 
     /// The head of the descending order without the full sort equals the full sort's first
     /// positions, on ties, zeros of both signs, sorted runs, and every head length.
