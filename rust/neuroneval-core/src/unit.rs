@@ -57,8 +57,8 @@ pub struct UnitProfile {
     pub sparse: Option<SparseEntries>,
     /// The buffers of the last sparse form while the profile is dense, kept for the next
     /// unit that is sparse: a block's units turn from one form to the other, and dropping
-    /// them each time would fault in fresh pages for every such unit (at N = 10^6 the
-    /// kernel's page clearing cost more than the ranking).
+    /// them each time faulted in fresh pages for the next sparse unit (a tenth of the page
+    /// faults of the out-of-core bench's evaluate run).
     spare: SparseEntries,
     /// The top-random subset (with duplicates), its activations and their midranks.
     pub subset: Vec<u32>,
