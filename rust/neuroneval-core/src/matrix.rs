@@ -782,7 +782,7 @@ mod tests {
     #[test]
     fn row_major_nonzeros_match_a_plain_filter() {
         let mut rng = crate::rng::SplitMix64::new(11);
-        let mut next = || (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        let mut next = || rng.next_f64();
         let (n, width) = (9000, 12);
         // column j is nonzero with probability about j / width
         let data: Vec<f64> = (0..n * width)

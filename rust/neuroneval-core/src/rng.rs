@@ -27,6 +27,11 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
+    /// Uniform in [0, 1), from the top 53 bits of one draw.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
     /// Uniform in [0, n) without modulo bias (Lemire's method with rejection).
     pub fn below(&mut self, n: usize) -> usize {
         let n = n as u64;

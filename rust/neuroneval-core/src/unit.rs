@@ -617,14 +617,13 @@ mod tests {
         let mut rng = SplitMix64::for_stream(5, 0);
         let n = 3000;
         // few distinct levels (ties), zeros with the given share, some negative entries
-        let mut uniform = move || (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
         let mut unit = |zeros: f64| -> Vec<f64> {
             (0..n)
                 .map(|_| {
-                    if uniform() < zeros {
+                    if rng.next_f64() < zeros {
                         0.0
                     } else {
-                        (uniform() * 12.0).floor() - 2.0
+                        (rng.next_f64() * 12.0).floor() - 2.0
                     }
                 })
                 .collect()
