@@ -102,9 +102,8 @@ def test_cnn_layers_equal_a_direct_forward_pass(tmp_path: Path, device: str, bat
     x = images().to(device)
     layers = ["conv1", "relu2", "relu1", "fc1"]
     reduce = {"conv1": "mean", "relu2": "max", "relu1": "spatial"}
-    store = extract(
-        model, x, layers, tmp_path / "out", reduce=reduce, batch_size=batch_size, shard_rows=shard_rows, progress=False
-    )
+    store = extract(model, x, layers, tmp_path / "out", reduce=reduce, batch_size=batch_size, shard_rows=shard_rows,
+                    device=device, progress=False)  # fmt: skip
     want = direct(model, x, layers)
     n = x.shape[0]
     assert list(store.layers) == layers and store.n_inputs == n
@@ -136,11 +135,16 @@ def test_cnn_layers_equal_a_direct_forward_pass(tmp_path: Path, device: str, bat
     assert not list((tmp_path / "out").rglob("rows-*.npy")) and not list((tmp_path / "out").rglob("*.partial.json"))
 
 
-def test_batch_size_and_overlap_do_not_change_the_results(tmp_path: Path) -> None:
-    model, x = digits_cnn(), images(45)
-    a = extract(model, x, ["relu2", "fc2"], tmp_path / "a", batch_size=45, progress=False)
-    b = extract(model, x, ["relu2", "fc2"], tmp_path / "b", batch_size=6, shard_rows=8, progress=False)
-    extract(model, x, ["relu2", "fc2"], tmp_path / "c", batch_size=6, shard_rows=8, progress=False, overlap=False)
+@pytest.mark.parametrize("device", DEVICES)
+def test_batch_size_and_overlap_do_not_change_the_results(tmp_path: Path, device: str) -> None:
+    """On CUDA the overlap is pinned buffers, non-blocking copies and an event per batch: the
+    files must equal the synchronous run's byte for byte."""
+    model, x = digits_cnn().to(device), images(45).to(device)
+    a = extract(model, x, ["relu2", "fc2"], tmp_path / "a", batch_size=45, device=device, progress=False)
+    b = extract(model, x, ["relu2", "fc2"], tmp_path / "b", batch_size=6, shard_rows=8, device=device, progress=False)
+    extract(model, x, ["relu2", "fc2"], tmp_path / "c", batch_size=6, shard_rows=8, device=device, progress=False,
+            overlap=False)  # fmt: skip
+    assert json.loads((tmp_path / "a" / "extract.json").read_text())["arguments"]["device"] == device
     for layer in ("relu2", "fc2"):
         one, many = stored(a[layer]), stored(b[layer])
         np.testing.assert_allclose(one, many, rtol=ULP16, atol=2.0**-24)
@@ -239,22 +243,23 @@ def encoder(width: int, latents: int, bias: float) -> nn.Sequential:
     return nn.Sequential(linear, nn.ReLU())
 
 
-def test_sae_latents_are_stored_sparse_and_equal_the_dense_computation(tmp_path: Path) -> None:
-    model, x = digits_cnn(), images(40)
-    sparse_sae, dense_sae = encoder(64, 256, -1.0), encoder(32, 48, 0.0)
+@pytest.mark.parametrize("device", DEVICES)
+def test_sae_latents_are_stored_sparse_and_equal_the_dense_computation(tmp_path: Path, device: str) -> None:
+    model, x = digits_cnn().to(device), images(40).to(device)
+    sparse_sae, dense_sae = encoder(64, 256, -1.0).to(device), encoder(32, 48, 0.0).to(device)
     sparse_sae.train()
     store = extract(model, x, ["fc1", "conv2"], tmp_path / "o", sae={"fc1": sparse_sae, "conv2": dense_sae},
-                    batch_size=9, shard_rows=16, progress=False)  # fmt: skip
+                    batch_size=9, shard_rows=16, device=device, progress=False)  # fmt: skip
     want = direct(model, x, ["fc1", "conv2"])
     with torch.no_grad():
-        latents = sparse_sae(want["fc1"])
-        conv_latents = dense_sae(want["conv2"].mean(dim=(2, 3)))
+        latents = sparse_sae(want["fc1"].to(device))
+        conv_latents = dense_sae(want["conv2"].mean(dim=(2, 3)).to(device))
     assert (latents == 0).float().mean() > 0.9 and sparse_sae.training
     assert store["fc1"].layout == "triplets" and open_activations(store["fc1"].path).kind == "sparse"
     assert store["fc1"].n_units == 256 and store["fc1"].unit_names[255] == "fc1[255]"
-    assert_f16(stored(store["fc1"]), latents)
+    assert_f16(stored(store["fc1"]), latents.cpu())
     assert store["conv2"].layout == "dense" and store["conv2"].n_units == 48
-    assert_f16(stored(store["conv2"]), conv_latents)
+    assert_f16(stored(store["conv2"]), conv_latents.cpu())
     manifest = json.loads((store["fc1"].path / "manifest.json").read_text())
     assert manifest["sae"] == "torch.nn.modules.container.Sequential" and len(manifest["shards"]) == 3
 
@@ -523,19 +528,42 @@ def test_errors_name_the_problem(tmp_path: Path) -> None:
             run(model, x, "fc1", tmp_path / "l", device="cuda")
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
+def test_cuda_autocast_on_a_cpu_model_moved_there_for_the_run(tmp_path: Path) -> None:
+    """device="cuda" moves a CPU model to the GPU for the run and back afterwards; autocast runs
+    it in float16 as torch.autocast does, and the fingerprint records both."""
+    model, x = digits_cnn(), images(33)
+    layers = ["conv1", "fc1"]
+    store = extract(model, x, layers, tmp_path / "amp", device="cuda", autocast=True, batch_size=33, progress=False)
+    assert all(t.device.type == "cpu" for t in model.state_dict().values())
+    arguments = json.loads((tmp_path / "amp" / "extract.json").read_text())["arguments"]
+    assert (arguments["device"], arguments["autocast"]) == ("cuda", True)
+    on_gpu = digits_cnn().cuda()
+    with torch.autocast("cuda"):
+        want = direct(on_gpu, x.cuda(), layers)
+    assert_f16(stored(store["conv1"]), want["conv1"].mean(dim=(2, 3)))
+    assert_f16(stored(store["fc1"]), want["fc1"])
+    # Without autocast the same run computes in float32: some stored values differ.
+    plain = extract(model, x, layers, tmp_path / "f32", device="cuda", batch_size=33, progress=False)
+    assert not np.array_equal(stored(plain["fc1"]), stored(store["fc1"]))
+    assert_f16(stored(plain["fc1"]), direct(on_gpu, x.cuda(), layers)["fc1"])
+
+
 class Interrupted(Exception):
     pass
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(("layers", "stop"), [(["relu1"], 3), (["relu1"], 6), (["relu1", "fc1"], 5)])
-def test_resume_after_an_interruption_mid_input(tmp_path: Path, layers: list[str], stop: int) -> None:
+def test_resume_after_an_interruption_mid_input(tmp_path: Path, layers: list[str], stop: int, device: str) -> None:
     """Spatial rows (64 per input) in shards of 100 rows: shard boundaries fall inside inputs and
-    inside batches; the run stops at a batch (queued rows are dropped), and resumes."""
-    x = images(24)
+    inside batches; the run stops at a batch (queued rows are dropped), and resumes. On CUDA the
+    rows queued behind the failing batch sit in pinned buffers with their copies in flight."""
+    x = images(24).to(device)
     reduce = {"relu1": "spatial"}
     reference = extract(digits_cnn(), x, layers, tmp_path / "ref", reduce=reduce, batch_size=3, shard_rows=100,
-                        progress=False)  # fmt: skip
-    model = digits_cnn()
+                        device=device, progress=False)  # fmt: skip
+    model = digits_cnn().to(device)
     calls: list[int] = []
     armed = [True]
 
@@ -546,7 +574,9 @@ def test_resume_after_an_interruption_mid_input(tmp_path: Path, layers: list[str
 
     handle = model.register_forward_pre_hook(count)
     with pytest.raises(Interrupted):
-        extract(model, x, layers, tmp_path / "o", reduce=reduce, batch_size=3, shard_rows=100, progress=False)
+        extract(
+            model, x, layers, tmp_path / "o", reduce=reduce, batch_size=3, shard_rows=100, device=device, progress=False
+        )
     assert all(not m._forward_hooks for m in model.modules())
     # The batches before the failing one are all in complete shards (100 rows: 1 9/16 inputs each).
     partial = json.loads((tmp_path / "o" / "relu1" / "manifest.partial.json").read_text())
@@ -558,7 +588,8 @@ def test_resume_after_an_interruption_mid_input(tmp_path: Path, layers: list[str
         starts.append(json.loads(path.read_text())["shards"][-1]["next"][0] if path.is_file() else 0)
     calls.clear()
     armed[0] = False
-    store = extract(model, x, layers, tmp_path / "o", reduce=reduce, batch_size=3, shard_rows=100, progress=False)
+    store = extract(model, x, layers, tmp_path / "o", reduce=reduce, batch_size=3, shard_rows=100, device=device,
+                    progress=False)  # fmt: skip
     handle.remove()
     assert len(calls) == 8 - min(starts) // 3
     if layers == ["relu1"]:
