@@ -276,7 +276,7 @@ def test_a_circuit_file_that_does_not_match_the_graph_is_a_clear_error(tmp_path:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        ("{not json", "is not a JSON circuit file"),
+        ("{not json", "is not valid JSON"),
         ("[1, 2]", "has no 'edges' object"),
         (lambda d: d.pop("edges"), "has no 'edges' object"),
         (

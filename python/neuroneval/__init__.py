@@ -10,13 +10,17 @@
 
 from __future__ import annotations
 
-from . import compare, distributed, errors, interop, meta, metrics, sanity
-from ._evaluate import evaluate
-from ._registry import METRICS, PASSING_METRICS, MetricInfo
-from ._score import compute, score
-from .errors import NeuronEvalError
-from .meta import meta_auprc
-from .params import ScoreParams
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from . import compare, distributed, errors, interop, meta, metrics, sanity
+    from ._evaluate import evaluate
+    from ._registry import METRICS, PASSING_METRICS, MetricInfo
+    from ._score import compute, score
+    from .errors import NeuronEvalError
+    from .meta import meta_auprc
+    from .params import ScoreParams
 
 __all__ = [
     "METRICS",
@@ -37,6 +41,38 @@ __all__ = [
     "sanity",
     "score",
 ]
+
+# Each public name and where it lives, imported on first use: `import neuroneval` costs nothing,
+# so the command line answers Ctrl-C from its first instant (its own imports are inside its handler).
+_HOMES: dict[str, tuple[str, str | None]] = {
+    **{m: (f".{m}", None) for m in ("compare", "distributed", "errors", "interop", "meta", "metrics", "sanity")},
+    "evaluate": ("._evaluate", "evaluate"),
+    "METRICS": ("._registry", "METRICS"),
+    "PASSING_METRICS": ("._registry", "PASSING_METRICS"),
+    "MetricInfo": ("._registry", "MetricInfo"),
+    "compute": ("._score", "compute"),
+    "score": ("._score", "score"),
+    "NeuronEvalError": (".errors", "NeuronEvalError"),
+    "meta_auprc": (".meta", "meta_auprc"),
+    "ScoreParams": (".params", "ScoreParams"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'neuroneval' has no attribute {name!r}")
+    module, attribute = _HOMES[name]
+    value = importlib.import_module(module, __name__)
+    if attribute is not None:
+        value = getattr(value, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
 __version__ = "0.1.0"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from .cli import main
+from .cli import main  # light: the commands are imported inside `main`, where Ctrl-C is handled
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,6 +19,7 @@ from .errors import (
     ConceptRangeError,
     DTypeError,
     EmptyInputError,
+    InvalidInputError,
     LabelError,
     NonFiniteError,
     PairIndexError,
@@ -202,24 +203,28 @@ def as_pairs(pairs: Any) -> npt.NDArray[np.int64]:
         arr = arr.reshape(0, 2)
     if arr.ndim != 2 or arr.shape[1] != 2:
         raise ShapeError(f"pairs must have shape (M, 2) of (unit, concept); got shape {arr.shape}")
-    return as_index_array(arr, "pairs")
+    return as_index_array(arr, "pairs", PairIndexError)
 
 
-def as_index_array(arr: np.ndarray, name: str) -> npt.NDArray[np.int64]:
+def as_index_array(arr: np.ndarray, name: str, beyond: type[InvalidInputError] = ShapeError) -> npt.NDArray[np.int64]:
     """An integer array as int64. Floats are accepted only when every value is whole (never
-    truncated); bools, complex and strings are refused, and so are values beyond int64 (a
-    uint64 of 2^64 - 1 is not silently -1)."""
+    truncated); bools, complex and strings are refused. A value beyond int64 (a uint64 of
+    2^64 - 1 is not silently -1) is an index outside any matrix: the error `beyond`
+    (`PairIndexError` for pairs)."""
+    limit = np.iinfo(np.int64).max
     if arr.dtype.kind == "f":
         arr = arr.astype(np.float64, copy=False)  # exact; 2^63 has no float16
-        whole = np.isfinite(arr) & (arr == np.round(arr)) & (np.abs(arr) < 2.0**63)
+        whole = np.isfinite(arr) & (arr == np.round(arr))
         if not whole.all():
             bad = arr.reshape(-1)[np.flatnonzero(~whole.reshape(-1))[0]]
             raise DTypeError(f"{name} must hold integer indices; found {bad}")
+        if arr.size and np.abs(arr).max() >= 2.0**63:
+            raise beyond(f"{name} holds the index {arr.reshape(-1)[np.abs(arr).argmax()]:.0f}, beyond any matrix")
         arr = arr.astype(np.int64)
     if arr.dtype.kind not in "iu":
         raise DTypeError(f"{name} must hold integer indices; got dtype {arr.dtype}")
-    if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
-        raise ShapeError(f"{name} holds the index {int(arr.max())}, beyond any matrix")
+    if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and arr.size and int(arr.max()) > limit:
+        raise beyond(f"{name} holds the index {int(arr.max())}, beyond any matrix")
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 

@@ -57,7 +57,7 @@ import polars as pl
 from . import _core, _direct
 from ._coerce import check_integer
 from .errors import InvalidInputError, NonFiniteError, ParameterError, ResumeError, ShapeError, SourceError
-from .files import check_output, output_lock, remove_stale_temporaries, write_atomic, writing
+from .files import check_output, output_lock, read_json, remove_stale_temporaries, write_atomic, writing
 from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, ScoreParams, metric_list
 from .progress import Progress
 from .sources import Source, input_paths, open_activations, open_concepts
@@ -382,8 +382,8 @@ def open_state(work: Path, state: dict[str, Any], restart: bool, report: Progres
         raise ResumeError(f"{work} is a file, not a neuroneval run; remove it")
     if path.is_file():
         try:
-            previous = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            previous = read_json(path)
+        except SourceError:  # an unreadable state: not this run's
             previous = None
         failed = _failure(work)
         if previous != json.loads(json.dumps(state)):
@@ -431,8 +431,8 @@ def record_failure(work: Path) -> Iterator[None]:
 def _failure(work: Path) -> str | None:
     """The error an unfinished run in `work` stopped on, if it stopped on bad input."""
     try:
-        record = json.loads((work / _FAILED).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        record = read_json(work / _FAILED)
+    except SourceError:
         return None
     return str(record.get("error", "unknown")) if isinstance(record, dict) else None
 
@@ -533,9 +533,9 @@ class _BlockReader:
             json.dumps({"shape": list(self.acts.shape), "dtype": str(self.acts.dtype), "blocks": self.bounds})
         )
         try:
-            if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == expected:
+            if marker.is_file() and read_json(marker) == expected:
                 return
-        except (OSError, ValueError):
+        except SourceError:
             pass  # an unreadable marker: make the copy again
         shutil.rmtree(self.scratch, ignore_errors=True)
         with writing(self.scratch, "writing the scratch copy"):

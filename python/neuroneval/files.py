@@ -1,5 +1,10 @@
-"""Output files: the one home of the rules for writing them.
+"""Files: the one home of the rules for reading JSON and the paths that files name, and for writing outputs.
 
+- A JSON file is read by `read_json` (a string or line by `parse_json`): whatever is wrong with
+  it (missing, unreadable, too large, not UTF-8, not JSON, nested deeper than the parser goes)
+  is one `SourceError` naming the file, never a traceback.
+- A path read from a file stays inside its folder: `inside` resolves it and refuses (with a
+  `SourceError` naming the file that named it) an absolute path, `..`, or a link leading out.
 - A reader never sees half a file: `write_atomic` writes aside, syncs and renames into place.
 - A failed write says what failed: any I/O error (a full disk, a read-only directory) becomes
   one `OutputWriteError` naming the path and the step, and nothing half-written stays behind.
@@ -18,25 +23,122 @@ import json
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from .errors import OutputError, OutputLockedError, OutputWriteError
+from .errors import OutputError, OutputLockedError, OutputWriteError, SourceError
 
 __all__ = [
+    "MAX_JSON_BYTES",
     "OutputLock",
     "check_output",
+    "check_writable",
     "companions",
+    "inside",
     "output_lock",
+    "parse_json",
+    "read_json",
     "remove_stale_temporaries",
     "write_atomic",
     "write_files_atomic",
     "writing",
 ]
+
+
+#: The largest JSON file `read_json` reads (a larger one is refused before it is read): the
+#: biggest JSON files of this field (a large model's circuit scores) are some hundred MB.
+MAX_JSON_BYTES = 1 << 30
+
+
+def parse_json(text: str | bytes, where: str) -> Any:
+    """The JSON value in `text`; a `SourceError` that starts with `where` (a file, a line of one)
+    when `text` is not UTF-8, not JSON, or nests deeper than Python's parser goes.
+
+    Examples
+    --------
+    >>> parse_json('{"a": [1, 2]}', "x.json")
+    {'a': [1, 2]}
+    >>> parse_json("[" * 100000, "x.json")
+    Traceback (most recent call last):
+    ...
+    neuroneval.errors.SourceError: x.json is not valid JSON: it nests deeper than ... levels
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise SourceError(f"{where} is not valid JSON: it nests deeper than {sys.getrecursionlimit()} levels") from None
+    except UnicodeDecodeError as e:
+        raise SourceError(f"{where} is not UTF-8 text: {_reason(e)}") from None
+    except ValueError as e:  # JSONDecodeError, and integers longer than Python converts
+        raise SourceError(f"{where} is not valid JSON: {_reason(e)}") from None
+
+
+def read_json(path: str | os.PathLike[str], *, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """The JSON value in the file `path`: one `SourceError` naming it for every failure (it is
+    missing or a directory, cannot be read, is over `max_bytes`, or is not JSON).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> _ = (d / "deep.json").write_text("[" * 100000)
+    >>> read_json(d / "deep.json")
+    Traceback (most recent call last):
+    ...
+    neuroneval.errors.SourceError: .../deep.json is not valid JSON: it nests deeper than ... levels
+    >>> read_json(d / "missing.json")
+    Traceback (most recent call last):
+    ...
+    neuroneval.errors.SourceError: cannot read .../missing.json: No such file or directory
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > max_bytes:
+                raise SourceError(f"{path} holds {size:,} bytes; a JSON file may hold at most {max_bytes:,}")
+            data = f.read(max_bytes + 1)
+    except OSError as e:
+        raise SourceError(f"cannot read {path}: {_reason(e)}") from None
+    if len(data) > max_bytes:  # a file that grew, or a device without a size
+        raise SourceError(f"{path} holds over {max_bytes:,} bytes; a JSON file may hold at most {max_bytes:,}")
+    return parse_json(data, str(path))
+
+
+def inside(directory: str | os.PathLike[str], name: object, *, named_in: str | os.PathLike[str]) -> Path:
+    """`directory / name` for a path `name` read from the file `named_in`, checked to stay inside
+    `directory` once resolved (links followed): an absolute path, `..` or a link that leads out
+    is a `SourceError` naming `named_in`, so that a file's content cannot make a reader open (or
+    a report show) a file elsewhere.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> inside(d, "shard-0.npy", named_in=d / "manifest.json") == d / "shard-0.npy"
+    True
+    >>> inside(d, "../../etc/passwd", named_in=d / "manifest.json")
+    Traceback (most recent call last):
+    ...
+    neuroneval.errors.SourceError: .../manifest.json names '../../etc/passwd', which is outside ...; a path named in a file must stay inside its folder
+    """
+    directory = Path(directory)
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise SourceError(f"{named_in} names {name!r} where a relative file name is expected")
+    path = directory / name
+    root = _resolved(directory)
+    target = _resolved(path)
+    if Path(name).is_absolute() or (target != root and root not in target.parents):
+        raise SourceError(
+            f"{named_in} names {name!r}, which is outside {directory}; a path named in a file must stay inside its folder"
+        )
+    return path
 
 
 def _reason(e: BaseException) -> str:
@@ -208,8 +310,7 @@ def check_output(
         raise OutputError(f"the output directory {parent} does not exist")
     if not parent.is_dir():
         raise OutputError(f"the output's parent {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"the output directory {parent} is not writable")
+    check_writable(out)
     if out.is_dir() and not directory:
         raise OutputError(f"the output {out} is a directory; give a file path")
     if out.exists() and not out.is_dir() and directory:
@@ -226,6 +327,38 @@ def check_output(
                     + "; choose another output path"
                 )
     return out
+
+
+def check_writable(out: str | os.PathLike[str]) -> None:
+    """Before the work: `out` (a file or directory to write), or the nearest of its parents that
+    exists, is a directory this process may write into. A file in the way is an `OutputError`
+    (bad usage); a directory that cannot be written (a read-only file system, no permission) is
+    an `OutputWriteError`, an I/O failure like a full disk, found before anything is computed.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> check_writable(d / "new" / "scores.parquet")  # the nearest existing folder, d, is writable
+    >>> _ = (d / "a-file").write_text("")
+    >>> check_writable(d / "a-file" / "scores.parquet")
+    Traceback (most recent call last):
+    ...
+    neuroneval.errors.OutputError: cannot write .../a-file/scores.parquet: .../a-file is a file
+    """
+    out = Path(out)
+    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if existing == out and not out.is_dir():
+        existing = out.absolute().parent
+    if not existing.is_dir():
+        raise OutputError(f"cannot write {out}: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        try:
+            read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+        except OSError:
+            read_only = False
+        why = "a read-only file system" if read_only else "permission denied"
+        raise OutputWriteError(f"cannot write {out}: {existing} is not writable ({why})")
 
 
 def _resolved(p: Path) -> Path:

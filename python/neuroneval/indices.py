@@ -58,7 +58,7 @@ def read_pairs(
             raise SourceError(
                 f"pairs file {p} holds a {arr.dtype} array of shape {arr.shape}; expected (M, 2) integers"
             )
-        pairs = as_index_array(arr, f"pairs file {p}")
+        pairs = as_index_array(arr, f"pairs file {p}", PairIndexError)
     elif p.suffix == ".csv":
         import polars as pl
 
@@ -76,7 +76,7 @@ def read_pairs(
             # polars' cast would truncate 2.9 to 2: integers are checked as numbers instead
             if not table[c].dtype.is_numeric():
                 raise SourceError(f"pairs file {p}: {c!r} must hold integer indices; it holds {table[c].dtype}")
-            columns.append(as_index_array(table[c].to_numpy(), f"pairs file {p}: {c!r}"))
+            columns.append(as_index_array(table[c].to_numpy(), f"pairs file {p}: {c!r}", PairIndexError))
         pairs = np.column_stack(columns).reshape(-1, 2)
     else:
         raise SourceError(f"cannot read pairs from {p}: expected a .csv or .npy file")

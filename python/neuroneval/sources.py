@@ -52,7 +52,7 @@ import numpy.typing as npt
 from . import _direct
 from ._coerce import as_index_array, as_matrix, as_real_array
 from .errors import DTypeError, EmptyInputError, ShapeError, SourceError
-from .files import write_atomic
+from .files import inside, read_json, write_atomic
 
 __all__ = [
     "MANIFEST",
@@ -442,10 +442,7 @@ def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
     path = directory / MANIFEST
     if not path.is_file():
         raise SourceError(f"{directory} is a directory without {MANIFEST}; see neuroneval.sources.write_shards")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SourceError(f"{path} is not valid JSON: {e}") from e
+    manifest = read_json(path)
     if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
         raise SourceError(f"{path} is not a {_FORMAT} manifest (its 'format' field must be {_FORMAT!r})")
     _check_manifest(manifest, path)
@@ -493,7 +490,7 @@ def _check_manifest(manifest: dict[str, Any], path: Path) -> None:
 def _open_shards(directory: Path, what: str) -> Source:
     manifest = read_manifest(directory)
     n, k = int(manifest["n_rows"]), int(manifest["n_columns"])
-    files = [directory / s["file"] for s in manifest["shards"]]
+    files = [inside(directory, s["file"], named_in=directory / MANIFEST) for s in manifest["shards"]]
     for f in files:
         problem = path_problem(f)
         if problem is not None:

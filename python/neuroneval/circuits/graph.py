@@ -32,6 +32,7 @@ from ..errors import ParameterError, ShapeError
 __all__ = [
     "INPUT",
     "LOGITS",
+    "MAX_EDGES",
     "SUPPORTED_MODEL_TYPES",
     "Graph",
     "graph_of",
@@ -39,6 +40,7 @@ __all__ = [
     "select_edges",
     "select_neurons",
     "select_nodes",
+    "transformer_edge_count",
     "transformer_graph",
 ]
 
@@ -46,6 +48,9 @@ __all__ = [
 SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2")
 
 INPUT, LOGITS = "input", "logits"
+#: The largest graph `transformer_graph` builds: ten times Llama-3.1-8B's, about 2 GB of edge arrays and
+#: names; a file claiming a larger model (3,000 layers) is refused before any memory is taken.
+MAX_EDGES = 16_000_000
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
 
@@ -116,6 +121,18 @@ class Graph:
         return arr
 
 
+def transformer_edge_count(n_layers: int, n_heads: int) -> int:
+    """The number of edges of `transformer_graph(n_layers, n_heads)`, without building it.
+
+    >>> transformer_edge_count(12, 12)
+    32491
+    """
+    layers, heads = n_layers, n_heads
+    q_k_v = 3 * heads * layers + 3 * heads * (heads + 1) * layers * (layers - 1) // 2
+    mlps = (heads + 1) * layers * (layers + 1) // 2
+    return q_k_v + mlps + 1 + layers * (heads + 1)
+
+
 def transformer_graph(n_layers: int, n_heads: int) -> Graph:
     """MIB's graph of a decoder-only transformer with `n_layers` layers of `n_heads` heads.
 
@@ -126,6 +143,12 @@ def transformer_graph(n_layers: int, n_heads: int) -> Graph:
     """
     n_layers = check_integer(n_layers, "n_layers", minimum=1)
     n_heads = check_integer(n_heads, "n_heads", minimum=1)
+    edges = transformer_edge_count(n_layers, n_heads)
+    if edges > MAX_EDGES:
+        raise ParameterError(
+            f"a graph of {n_layers:,} layers of {n_heads:,} heads has {edges:,} edges; neuroneval builds graphs of at "
+            f"most {MAX_EDGES:,} edges (Llama-3.1-8B has 1,592,881)"
+        )
     nodes = [INPUT]
     for layer in range(n_layers):
         nodes += [f"a{layer}.h{h}" for h in range(n_heads)] + [f"m{layer}"]

@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 from .._coerce import as_real_array
 from ..errors import ShapeError, SourceError
-from ..files import write_atomic
+from ..files import read_json, write_atomic
 from .graph import INPUT, LOGITS, Graph
 
 __all__ = ["edge_names", "edge_scores_text", "read_edge_scores", "shape_text", "write_edge_scores"]
@@ -142,10 +142,7 @@ def read_edge_scores(path: str | os.PathLike[str], graph: Graph) -> npt.NDArray[
     path = Path(path)
     if not path.is_file():
         raise SourceError(f"circuit file {path} does not exist")
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SourceError(f"{path} is not a JSON circuit file: {e}") from e
+    document = read_json(path)
     edges = document.get("edges") if isinstance(document, dict) else None
     if not isinstance(edges, dict):
         raise SourceError(f"{path} has no 'edges' object (MIB's circuit JSON holds cfg, nodes and edges)")

@@ -54,7 +54,7 @@ import polars as pl
 
 from .._coerce import as_real_array, check_integer, check_real
 from ..errors import InvalidInputError, OutputError, ParameterError, ShapeError, SourceError
-from ..files import write_files_atomic, writing
+from ..files import read_json, write_files_atomic, writing
 from .graph import Graph, transformer_graph
 from .graph_json import edge_names, edge_scores_text, read_edge_scores, shape_text, write_edge_scores
 from .scores import FRACTIONS, cmd, cpr, faithfulness, mean_faithfulness
@@ -598,10 +598,7 @@ def read_circuit_run(directory: str | os.PathLike[str]) -> CircuitRun:
         raise SourceError(
             f"{directory} holds no circuit run (no {CIRCUIT_RUN_FILE}; `neuroneval circuits run --out DIR` writes one)"
         )
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SourceError(f"{path} is not valid JSON: {e}") from e
+    doc = read_json(path)
     if not isinstance(doc, dict) or doc.get("format") != CIRCUIT_RUN_FORMAT:
         raise SourceError(f"{path} is not a circuit run (its 'format' must be {CIRCUIT_RUN_FORMAT!r})")
     if doc.get("version") != CIRCUIT_RUN_VERSION:
@@ -618,7 +615,10 @@ def read_circuit_run(directory: str | os.PathLike[str]) -> CircuitRun:
     raw_methods = r.get(doc, "methods")
     if not isinstance(raw_methods, list) or not raw_methods:
         raise r.fail("'methods' must be a non-empty list")
-    graph = _graph(n_layers, n_heads)
+    try:
+        graph = _graph(n_layers, n_heads)
+    except ParameterError as e:
+        raise r.fail(str(e)) from e
     if "n_edges" in doc and doc["n_edges"] != graph.n_edges:
         raise r.fail(
             f"'n_edges' is {doc['n_edges']!r}, but the graph of {shape_text(n_layers, n_heads)} has "

@@ -126,25 +126,27 @@ Output
 
 Exit codes
     0 on success; 2 for bad input or arguments (one line on stderr says what is wrong); 1 for
-    other operating-system errors (a full disk, a permission denied); 130 when interrupted.
+    an I/O failure: an output that cannot be written (a read-only file system, a permission
+    denied: found before any work), a full disk; 130 when interrupted, at any instant.
+
+Paths in files
+    A path that a file names (a shard manifest's shard, a results folder's inputs, an
+    extraction's layer folder) must stay inside that file's folder once resolved: `..`, an
+    absolute path or a link that leads out is refused (exit 2), and nothing outside is read.
 """
 
 from __future__ import annotations
 
-import argparse
-import warnings
-
-from neuroneval import __version__
-from neuroneval.errors import NeuronEvalError
-
-from . import circuits, compare, crowd, demo, label, meta, report, sanity, score
-from .common import PROG, Command, Parser, check_outputs, one_line, print_error
+import sys
 
 __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the command line on `argv` (default `sys.argv[1:]`) and returns the exit code.
+
+    The commands and the libraries they use are imported here, inside the interrupt handler, so
+    that Ctrl-C at any instant is one line and exit 130, never a traceback.
 
     Examples
     --------
@@ -153,39 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     0
     """
     try:
-        args = parser().parse_args(argv)
-    except SystemExit as e:  # bad values and usage errors (2), --help and --version (0)
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-    command: Command = args.command
-    try:
-        with warnings.catch_warnings():
-            # A library warning (threads capped at the CPU count, ...) is one line too.
-            warnings.showwarning = lambda message, *_, **__: print_error(f"warning: {one_line(message)}")
-            check_outputs(args)
-            return command(args)
+        from .app import main as run
     except KeyboardInterrupt:
-        resumes = getattr(args, "resumes", False)
-        print_error("interrupted; run the same command again to resume" if resumes else "interrupted")
+        print("neuroneval: interrupted", file=sys.stderr, flush=True)
         return 130
-    except ValueError as e:  # bad input, the library's `InvalidInputError`s among them
-        print_error(f"error: {one_line(e)}")
-        return 2
-    except OSError as e:  # a full disk, a permission denied: `OutputWriteError` among them
-        print_error(f"error: {one_line(e)}")
-        return 1
-    except NeuronEvalError as e:
-        print_error(f"error: {one_line(e)}")
-        return 2
-
-
-def parser() -> argparse.ArgumentParser:
-    """The whole command line: one subcommand per module."""
-    top = Parser(
-        prog=PROG,
-        description="Exact, fast NeuronEval metrics: is this explanation of a neuron any good?",
-    )
-    top.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    commands = top.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for command in (score, sanity, meta, crowd, label, compare, circuits, report, demo):
-        command.add(commands)
-    return top
+    return run(argv)

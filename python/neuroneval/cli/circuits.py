@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,8 @@ from neuroneval.circuits.results import (
     read_circuit_run,
     run_labels,
 )
-from neuroneval.errors import OutputError, ParameterError, SourceError
+from neuroneval.errors import ParameterError, SourceError
+from neuroneval.files import check_writable
 from neuroneval.progress import Progress
 
 from .common import align, count, non_negative_int, output_dir, positive_int
@@ -208,15 +208,6 @@ def _circuit_track() -> Any:
     return circuit_track
 
 
-def _check_writable(out: Path) -> None:
-    """Before the long work: the directory to write, or the nearest of its parents that exists, is writable."""
-    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
-    if not existing.is_dir():
-        raise OutputError(f"cannot write {out}: {existing} is a file")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot write {out}: {existing} is not writable")
-
-
 class _Stages:
     """`circuit_track`'s progress(stage, done, total): a bar per stage on a terminal, a notice
     when a stage starts otherwise."""
@@ -253,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
             f"--task {task} is not a task of --model {args.model}; it runs {', '.join(MODELS[args.model])}"
         )
     out = Path(args.out)
-    _check_writable(out)
+    check_writable(out)
     circuit_track = _circuit_track()
     stages = _Stages(not args.quiet)
     try:

@@ -25,7 +25,7 @@ from typing import Any, NoReturn, TypeVar
 import polars as pl
 
 from neuroneval.errors import OutputError, ParameterError, ShapeError
-from neuroneval.files import check_output, write_atomic
+from neuroneval.files import check_output, check_writable, write_atomic
 from neuroneval.sources import Source, open_activations, open_concepts
 
 PROG = "neuroneval"
@@ -237,6 +237,7 @@ def check_outputs(args: argparse.Namespace) -> None:
             for p in inputs:  # a directory of outputs may hold inputs, but may not be one
                 if p.resolve() == out.resolve():
                     raise OutputError(f"the output directory {out} is also an input of this command")
+            check_writable(out)
         else:
             check_output(out, inputs)
 

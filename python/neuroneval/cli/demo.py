@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .common import output_dir
+
 
 def add(commands: Any) -> None:
     p: argparse.ArgumentParser = commands.add_parser(
@@ -37,6 +39,7 @@ def add(commands: Any) -> None:
     p.add_argument(
         "--out",
         metavar="DIR",
+        type=output_dir,
         help="output directory (default: demo-out; demo-text-out, demo-label-out, demo-sae-out with --text, --label, --sae)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of everything (default: 0)")
@@ -46,7 +49,7 @@ def add(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     argv = ["--seed", str(args.seed)]
     if args.out is not None:
-        argv += ["--out", args.out]
+        argv += ["--out", str(args.out)]
     if args.sae:
         from neuroneval.experiments import sae_study
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import math
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -40,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from neuroneval.errors import EmptyInputError, LabelError, NonFiniteError, ParameterError, ShapeError, SourceError
+from neuroneval.files import read_json
 
 if TYPE_CHECKING:
     import torch
@@ -429,10 +429,7 @@ def load_minilm(device: str = "cpu", *, path: str | Path | None = None) -> MiniL
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise SourceError(f"cannot read {path}: {err}") from err
+    value = read_json(path)
     if not isinstance(value, dict):
         raise SourceError(f"{path} is not a JSON object")
     return value

@@ -49,6 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from neuroneval.errors import ParameterError, SourceError
+from neuroneval.files import read_json
 
 from .judge import Calibration, Judge, Judgement
 
@@ -116,10 +117,7 @@ def _read_config(config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         where = f"the CLIP config {path}"
         if not path.is_file():
             raise SourceError(f"no CLIP config file at {path}")
-        try:
-            value = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise SourceError(f"cannot read {where} as JSON: {e}") from e
+        value = read_json(path)
     elif isinstance(config, Mapping):
         value = copy.deepcopy(dict(config))
     else:

@@ -3,7 +3,6 @@ checked as it is read, an error naming the file that breaks the contract."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ from neuroneval import METRICS
 from neuroneval.circuits.results import CIRCUIT_RUN_FILE, CircuitRun, find_circuit_runs, read_circuit_run
 from neuroneval.compare import COMPARISON_FILES, COMPARISON_FORMAT
 from neuroneval.errors import EmptyInputError, ParameterError, SourceError
+from neuroneval.files import inside, read_json
 
 #: Top-activating inputs shown per unit.
 INPUTS_PER_UNIT = 8
@@ -132,7 +132,7 @@ def _read_info(directory: Path) -> dict[str, Any]:
     path = directory / INFO
     if not path.is_file():
         return {}
-    info = _read_json(path)
+    info = read_json(path)
     if not isinstance(info, dict):
         raise SourceError(f"{path} must hold a JSON object (title, description, layers, crowd_target)")
     for key in ("title", "description"):
@@ -148,13 +148,6 @@ def _read_info(directory: Path) -> dict[str, Any]:
     ):
         raise SourceError(f"{path}: 'crowd_target' must be a positive number; got {target!r}")
     return info
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SourceError(f"{path} is not valid JSON: {e}") from e
 
 
 def _read_parquet(path: Path) -> pl.DataFrame:
@@ -257,10 +250,10 @@ def _read_inputs(directory: Path) -> Inputs | None:
     meta_path = directory / "inputs" / "meta.json"
     if not meta_path.is_file():
         return None
-    meta = _read_json(meta_path)
+    meta = read_json(meta_path)
     if not isinstance(meta, dict) or meta.get("kind") not in ("image", "text") or not isinstance(meta.get("file"), str):
         raise SourceError(f'{meta_path} must be {{"kind": "image" or "text", "file": NAME}}')
-    path = directory / "inputs" / meta["file"]
+    path = inside(directory / "inputs", meta["file"], named_in=meta_path)
     if not path.is_file():
         raise SourceError(f"{path}, named in {meta_path}, does not exist")
     if meta["kind"] == "image":
@@ -274,7 +267,7 @@ def _read_inputs(directory: Path) -> Inputs | None:
         ):
             raise SourceError(f"{path} must hold an (N, H, W) or (N, H, W, 3) array; got {images.shape} {images.dtype}")
         return Inputs("image", images=images)
-    texts = _read_json(path)
+    texts = read_json(path)
     if not isinstance(texts, list) or not all(
         isinstance(t, str) or (isinstance(t, list) and all(isinstance(s, str) for s in t)) for t in texts
     ):
@@ -312,7 +305,7 @@ def _read_comparison(directory: Path) -> Compared | None:
     if where is None:
         return None
     path = where / COMPARISON_FILES["config"]
-    config = _read_json(path)
+    config = read_json(path)
     if not isinstance(config, dict) or config.get("format") != COMPARISON_FORMAT:
         raise SourceError(f"{path} is not a comparison's settings (its 'format' must be {COMPARISON_FORMAT!r})")
 

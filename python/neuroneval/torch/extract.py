@@ -25,7 +25,7 @@ import numpy.typing as npt
 import torch
 
 from neuroneval.errors import EmptyInputError, ParameterError, ResumeError, ShapeError
-from neuroneval.files import output_lock, writing
+from neuroneval.files import inside, output_lock, writing
 from neuroneval.interop.sae import SparseAutoencoder
 from neuroneval.progress import Progress
 
@@ -43,6 +43,7 @@ from .store import (
     _row_ids,
     _Sink,
     _write_json,
+    layer_entries,
 )
 
 #: Default size of one shard: as many rows as fit in 64 MiB (values in the stored dtype and row ids).
@@ -591,7 +592,8 @@ class _Extraction:
 
     def make_sinks(self, state: dict[str, Any], header: dict[str, Any]) -> list[_Sink]:
         sinks = []
-        for entry in state["layers"]:
+        for entry in layer_entries(self.out, state):
+            inside(self.out, entry["directory"], named_in=self.out / EXTRACT_FILE)
             plan = _Plan(
                 entry["name"],
                 entry["directory"],
@@ -757,8 +759,8 @@ class _Extraction:
 
     def clean_finished(self, state: dict[str, Any]) -> None:
         """What a run killed after it was marked complete may have left."""
-        for entry in state.get("layers") or []:
-            directory = self.out / entry["directory"]
+        for entry in layer_entries(self.out, state):
+            directory = inside(self.out, entry["directory"], named_in=self.out / EXTRACT_FILE)
             if directory.is_dir():
                 for p in directory.iterdir():
                     if p.name == _PARTIAL or re.fullmatch(r"rows-\d+\.npy", p.name):

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from neuroneval.errors import EmptyInputError, ParameterError, ResumeError, SourceError
-from neuroneval.files import write_atomic
+from neuroneval.files import inside, read_json, write_atomic
 from neuroneval.sources import MANIFEST, open_activations, read_manifest, write_manifest
 
 #: The file at the top of an extraction's output directory.
@@ -141,17 +141,18 @@ class ActivationStore:
                 f"the extraction in {root} is unfinished; run extract again with the same arguments to finish it"
             )
         layers: dict[str, StoredLayer] = {}
-        for entry in info["layers"]:
-            directory = root / entry["directory"]
+        for entry in layer_entries(root, info):
+            directory = inside(root, entry["directory"], named_in=root / EXTRACT_FILE)
             try:
                 manifest = read_manifest(directory)
+                files = [
+                    inside(directory, shard["file"], named_in=directory / MANIFEST) for shard in manifest["shards"]
+                ]
             except SourceError as e:
                 raise SourceError(f"the extraction in {root} is damaged: {e}") from e
-            for shard in manifest["shards"]:
-                if not (directory / shard["file"]).is_file():
-                    raise SourceError(
-                        f"the extraction in {root} is damaged: shard {directory / shard['file']} is missing"
-                    )
+            for file in files:
+                if not file.is_file():
+                    raise SourceError(f"the extraction in {root} is damaged: shard {file} is missing")
             try:
                 rows = np.load(directory / ROWS_FILE, mmap_mode="r")
             except (OSError, ValueError) as e:
@@ -163,6 +164,20 @@ class ActivationStore:
                 )
             layers[entry["name"]] = StoredLayer(directory, manifest)
         return cls(root, info, layers)
+
+
+def layer_entries(root: Path, info: dict[str, Any]) -> list[dict[str, Any]]:
+    """The layers listed in `root`'s extract.json, each checked to be an object with a string
+    name and directory, else a `SourceError` naming the file."""
+    entries = info.get("layers")
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("directory"), str) for e in entries
+    ):
+        raise SourceError(
+            f"the extraction in {root} is damaged: {root / EXTRACT_FILE}'s 'layers' must be a list of objects with a "
+            "string 'name' and 'directory'"
+        )
+    return entries
 
 
 # --- the layout of a layer ---------------------------------------------------------------------------
@@ -226,8 +241,8 @@ def _read_json_file(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        value = read_json(path)
+    except SourceError:  # unreadable, or not JSON: not a store (the caller says so)
         return None
     return value if isinstance(value, dict) else None
 
@@ -292,7 +307,7 @@ class _Sink:
             return (0, 0)
         for entry in manifest["shards"]:
             for f in (entry["file"], self.rows_name(len(self.entries))):
-                if not (self.dir / f).is_file():
+                if not inside(self.dir, f, named_in=self.dir / _PARTIAL).is_file():
                     raise ResumeError(
                         f"{self.dir} lists the shard {f}, which is missing: the unfinished extraction is damaged; "
                         "pass resume=False to start over"
