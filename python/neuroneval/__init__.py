@@ -58,7 +58,14 @@ _HOMES: dict[str, tuple[str, str | None]] = {
 }
 
 
+#: Modules of the library floor that `neuroneval.<name>` reaches without an import (as it did when
+#: `import neuroneval` loaded them all); the tools (`cli`, `report`, `torch`) are imported by name.
+_LIBRARY = ("_core", "crowd", "files", "indices", "label", "params", "progress", "sources")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _LIBRARY:
+        return importlib.import_module(f".{name}", __name__)
     if name not in _HOMES:
         raise AttributeError(f"module 'neuroneval' has no attribute {name!r}")
     module, attribute = _HOMES[name]
