@@ -5,6 +5,8 @@ input is one line on stderr, exit code 2, and nothing is written."""
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ import polars as pl
 import pytest
 from cli_helpers import assert_one_line_error, run
 from neuroneval import label
-from neuroneval.compare import BASELINE_RANDOM, COMPARISON_FILES, compare
+from neuroneval.compare import BASELINE_RANDOM, COMPARISON_FILES, compare, saebench_file_name
 from polars.testing import assert_frame_equal
 
 N, K = 240, 6
@@ -57,11 +59,17 @@ def test_prints_the_ranking_and_writes_the_files(
     out = tmp_path / "out"
     argv = ["compare", files["acts"], files["explanations"], "--concepts", files["concepts"]]
     code, stdout, err = run(
-        [*argv, "--metrics", "correlation,auprc", "--n-boot", 300, "--seed", 3, "--out", out], capfd
+        [*argv, "--metrics", "correlation,auprc", "--alpha", 0.05, "--n-boot", 300, "--seed", 3, "--out", out], capfd
     )
     assert (code, err) == (0, "")
     expected = compare(
-        files["acts"], files["explanations"], files["concepts"], metrics=["correlation", "auprc"], n_boot=300, seed=3
+        files["acts"],
+        files["explanations"],
+        files["concepts"],
+        metrics=["correlation", "auprc"],
+        alpha=0.05,
+        n_boot=300,
+        seed=3,
     )
     assert stdout == (
         expected.ranking("correlation")
@@ -97,11 +105,11 @@ def test_unit_names(files: dict[str, Path], tmp_path: Path, capfd: pytest.Captur
     table.with_columns(pl.format("latent-{}", pl.col("unit")).alias("unit")).write_csv(named)
     out = tmp_path / "named-out"
     argv = ["compare", files["acts"], named, "--concepts", files["concepts"], "--unit-names", names, "--out", out]
-    code, stdout, err = run([*argv, "--n-boot", 100], capfd)
-    assert code == 0, err
+    code, stdout, err = run([*argv, "--n-boot", 100, "--alpha", 0.05], capfd)
+    assert (code, err) == (0, "")
     pairs = pl.read_parquet(out / COMPARISON_FILES["pairs"])
     assert pairs.filter(pl.col("explainer") == "llm")["unit_name"].to_list() == [f"latent-{k}" for k in range(4)]
-    by_index = compare(files["acts"], files["explanations"], files["concepts"], n_boot=100)
+    by_index = compare(files["acts"], files["explanations"], files["concepts"], alpha=0.05, n_boot=100)
     assert pl.read_csv(out / COMPARISON_FILES["summary"]).equals(by_index.summary)
 
 
@@ -131,8 +139,8 @@ def test_judge_labels_the_explanations(
     monkeypatch.setattr(label, "make_judge", make_judge)
     out = tmp_path / "judged"
     argv = ["compare", files["acts"], files["explanations"], "--judge", "words", "--inputs", files["inputs"]]
-    code, stdout, err = run([*argv, "--no-cache", "--n-boot", 100, "--out", out], capfd)
-    assert code == 0, err
+    code, stdout, err = run([*argv, "--no-cache", "--n-boot", 100, "--alpha", 0.05, "--out", out], capfd)
+    assert (code, err) == (0, "")
     assert made == ["words"]
     n_distinct = len(set(pl.read_csv(files["explanations"])["explanation"]))
     assert stdout.startswith(f"words: {N * n_distinct:,} judgements: ")  # each distinct text judged once
@@ -141,7 +149,7 @@ def test_judge_labels_the_explanations(
     rows = pl.read_csv(files["explanations"])["explanation"].to_list()
     yes, no = 1 / (1 + np.exp(-2.0)), 1 / (1 + np.exp(2.0))
     concepts = np.array([[yes if word in text.split() else no for word in rows] for text in texts])
-    expected = compare(files["acts"], files["explanations"], concepts, n_boot=100)
+    expected = compare(files["acts"], files["explanations"], concepts, alpha=0.05, n_boot=100)
     assert_frame_equal(
         pl.read_csv(out / COMPARISON_FILES["summary"]), expected.summary, check_exact=False, rel_tol=1e-9
     )
@@ -163,6 +171,11 @@ def test_judge_labels_the_explanations(
         ("wrong columns", ["the concepts have 3 columns but the explanations table has 10 rows"]),
         ("missing explanations", ["does not exist"]),
         ("out is a file", ["is a file; expected a directory"]),
+        ("sae release without id", ["--sae-release needs --sae-id"]),
+        ("sae id without release", ["--sae-id needs --sae-release"]),
+        ("sae config without d_sae", ["cfg.json lacks 'd_sae', which SAEBench's results reader reads"]),
+        ("sae config missing", ["cannot read", "missing.json"]),
+        ("sae config not json", ["is not valid JSON"]),
     ],
 )
 def test_errors_are_one_line(
@@ -199,6 +212,19 @@ def test_errors_are_one_line(
     elif case == "out is a file":
         out = tmp_path / "file"
         out.write_text("x")
+    elif case == "sae release without id":
+        extra += ["--sae-release", "gemma-scope-2b-pt-res"]
+    elif case == "sae id without release":
+        extra += ["--sae-id", "layer_20/width_16k/average_l0_71"]
+    elif case == "sae config without d_sae":
+        (tmp_path / "sae").mkdir()
+        (tmp_path / "sae" / "cfg.json").write_text(json.dumps({"architecture": "topk", "d_in": 8}))
+        extra += ["--sae-config", tmp_path / "sae"]
+    elif case == "sae config missing":
+        extra += ["--sae-config", tmp_path / "missing.json"]
+    elif case == "sae config not json":
+        (tmp_path / "cfg.json").write_text("{'architecture': 'topk'}")
+        extra += ["--sae-config", tmp_path / "cfg.json"]
     before = sorted(tmp_path.rglob("*"))
     code, stdout, err = run(["compare", acts, explanations, *extra, "--out", out], capfd)
     assert stdout == ""
@@ -212,3 +238,50 @@ def test_listed_in_the_help(capfd: pytest.CaptureFixture[str]) -> None:
     code, stdout, _ = run(["compare", "--help"], capfd)
     assert code == 0 and "--no-baselines" in stdout and "--judge" in stdout
     assert BASELINE_RANDOM.split(":")[0] in stdout  # the baselines are named in the description
+
+
+def test_the_sae_for_saebench(files: dict[str, Path], tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """--sae-release, --sae-id and --sae-config fill the SAEBench output's SAE fields, and name it
+    as SAEBench names its results (tests/test_compare_saebench.py reads it as SAEBench does)."""
+    cfg = {"architecture": "jumprelu", "d_sae": 16384, "d_in": 2304, "metadata": {"sae_lens_version": "6.0.0"}}
+    (tmp_path / "sae").mkdir()
+    (tmp_path / "sae" / "cfg.json").write_text(json.dumps(cfg))
+    out = tmp_path / "out"
+    release, sae_id = "gemma-scope-2b-pt-res", "layer_20/width_16k/average_l0_71"
+    argv = ["compare", files["acts"], files["explanations"], "--concepts", files["concepts"], "--alpha", 0.05]
+    argv += ["--n-boot", 50, "--sae-release", release, "--sae-id", sae_id, "--sae-config", tmp_path / "sae"]
+    code, stdout, err = run([*argv, "--out", out], capfd)
+    assert (code, err) == (0, "")
+    name = "gemma-scope-2b-pt-res_layer_20_width_16k_average_l0_71_eval_results.json"
+    assert saebench_file_name(release, sae_id) == name and "wrote pairs.parquet, summary.csv" in stdout
+    assert stdout.rstrip().endswith(f"comparison.json, {name} to {out}")
+    assert sorted(p.name for p in out.iterdir()) == sorted([*list(COMPARISON_FILES.values())[:4], name])
+    document = json.loads((out / name).read_text())
+    assert (document["sae_lens_release_id"], document["sae_lens_id"], document["sae_cfg_dict"]) == (
+        release,
+        sae_id,
+        cfg,
+    )
+    assert document["sae_lens_version"] is None
+    # A cfg.json file itself; without the SAE options the fields are null and the name is saebench_eval.json.
+    code, _, err = run([*argv[:-6], "--sae-config", tmp_path / "sae" / "cfg.json", "--out", tmp_path / "o2"], capfd)
+    assert (code, err) == (0, "")
+    document = json.loads((tmp_path / "o2" / COMPARISON_FILES["saebench"]).read_text())
+    assert (document["sae_lens_release_id"], document["sae_lens_id"], document["sae_cfg_dict"]) == (None, None, cfg)
+
+
+def test_a_small_top_set_is_one_warning_line(
+    files: dict[str, Path], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """N = 240 at the default alpha: a top set of ceil(1.2) = 2 inputs."""
+    argv = ["compare", files["acts"], files["explanations"], "--concepts", files["concepts"], "--n-boot", 20]
+    code, stdout, err = run([*argv, "--out", tmp_path / "out"], capfd)
+    assert code == 0 and "95% interval" in stdout
+    assert err == (
+        "neuroneval: warning: alpha = 0.005 of 240 inputs makes each unit's top set 2 inputs: the top-set metrics "
+        "auprc, f1, iou rest on so few inputs that they can rank a baseline first by chance; raise alpha to at "
+        "least 0.042 (a top set of 10) or probe more inputs\n"
+    )
+    assert math.ceil(0.042 * N) >= 10
+    code, _, err = run([*argv, "--metrics", "correlation,cosine", "--out", tmp_path / "o2"], capfd)
+    assert (code, err) == (0, "")  # no metric of the top set

@@ -2,12 +2,13 @@
 scipy Pearson loop; the summary, the paired differences, win and tie rates against slow loops
 over the same resamples; the paired interval's width and its coverage of a planted difference;
 the baselines as defined; coverage counts on adversarial data; bad input; thread counts; the
-files written and the SAEBench-shaped document against its JSON Schema."""
+files written and the SAEBench eval output against its JSON Schema; the warning of small top sets."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from neuroneval.compare import (
     COMPARISON_FILES,
     DEFAULT_METRICS,
     EVAL_TYPE_ID,
+    MIN_TOP_SET,
     Comparison,
     bootstrap_mean,
     compare,
@@ -473,12 +475,12 @@ def test_bad_input_is_refused(data: tuple[np.ndarray, pl.DataFrame, np.ndarray])
         compare(acts, with_(unit=["u99"] + [names[u] for u in t["unit"][1:]]), concepts, unit_names=names)
     one = pl.DataFrame({"unit": [0], "explainer": ["a"], "explanation": ["x"]})
     with pytest.raises(ParameterError, match="at least two explained units"):
-        compare(acts, one, concepts[:, :1])
-    assert compare(acts, one, concepts[:, :1], baselines=False, n_boot=10).summary.height == 1
+        compare(acts, one, concepts[:, :1], alpha=ALPHA)
+    assert compare(acts, one, concepts[:, :1], alpha=ALPHA, baselines=False, n_boot=10).summary.height == 1
     with pytest.raises(SourceError, match="does not exist"):
         compare(acts, "/no/such/explanations.csv", concepts)
     with pytest.raises(ParameterError, match="was not compared"):
-        compare(acts, table, concepts, metrics="f1", n_boot=0).ranking("correlation")
+        compare(acts, table, concepts, metrics="f1", alpha=ALPHA, n_boot=0).ranking("correlation")
 
 
 def test_results_do_not_depend_on_the_thread_count(
@@ -520,33 +522,73 @@ def test_write_and_read_back(tmp_path: Path, result: Comparison) -> None:
     config = json.loads((d / COMPARISON_FILES["config"]).read_text())
     assert config["format"] == "neuroneval-comparison" and config["metrics"] == list(DEFAULT_METRICS)
     assert config["dead_units"] == [DEAD] and config["n_units"] == K and config["n_inputs"] == N
-    document = json.loads((d / COMPARISON_FILES["saebench"]).read_text())
-    assert document == json.loads(json.dumps(result.to_saebench(eval_id="fixed", datetime_epoch_millis=5)))
+    # SAEBench's BaseEvalOutput.to_json_file: json.dump(asdict(self), f, indent=2, default=str)
+    text = (d / COMPARISON_FILES["saebench"]).read_text()
+    assert text == json.dumps(result.to_saebench(eval_id="fixed", datetime_epoch_millis=5), indent=2) + "\n"
 
 
 def test_saebench_document_follows_the_schema(result: Comparison) -> None:
+    """The schema rebuilt from SAEBench's code (its description says how); tests/test_compare_saebench.py
+    loads the file in classes built on SAEBench's base classes' rules, and reads it as its results reader does."""
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
     validator = jsonschema.Draft202012Validator(SCHEMA)
-    doc = json.loads(json.dumps(result.to_saebench(sae_lens_id="blocks.0", sae_cfg_dict={"d_sae": K}), allow_nan=False))
+    cfg = {"architecture": "jumprelu", "d_sae": 16384, "d_in": 2304}
+    doc = json.loads(
+        json.dumps(result.to_saebench(sae_lens_release_id="rel", sae_lens_id="blocks.0", sae_cfg_dict=cfg))
+    )
     validator.validate(doc)
-    assert doc["eval_type_id"] == EVAL_TYPE_ID
-    assert set(doc["eval_result_metrics"]) == set(result.explainers)
+    assert list(doc) == [  # BaseEvalOutput's 12 fields, in its order
+        "eval_type_id",
+        "eval_config",
+        "eval_id",
+        "datetime_epoch_millis",
+        "eval_result_metrics",
+        "eval_result_details",
+        "sae_bench_commit_hash",
+        "sae_lens_id",
+        "sae_lens_release_id",
+        "sae_lens_version",
+        "sae_cfg_dict",
+        "eval_result_unstructured",
+    ]
+    assert doc["eval_type_id"] == EVAL_TYPE_ID and doc["sae_cfg_dict"] == cfg
+    categories = {"exact": "exact", "partial": "partial", "vague": "vague"}
+    categories |= {BASELINE_RANDOM: "baseline_random", BASELINE_SHUFFLED: "baseline_shuffled"}
+    assert doc["eval_result_unstructured"]["categories"] == {v: k for k, v in categories.items()}
+    assert list(doc["eval_result_metrics"]) == [categories[e] for e in result.explainers]
     exact = doc["eval_result_metrics"]["exact"]
     row = result.summary.filter(pl.col("explainer") == "exact").row(0, named=True)
     assert exact["correlation_mean"] == row["correlation_mean"] and exact["correlation_n_units"] == row["correlation_n"]
     assert len(doc["eval_result_details"]) == result.differences.height
     assert doc["eval_config"]["n_boot"] == N_BOOT and doc["eval_result_unstructured"]["dead_units"] == [DEAD]
-    # Undefined values are null, which the schema allows; the schema rejects broken documents.
-    partial = doc["eval_result_metrics"]["partial"]
-    assert partial["correlation_nan"] == 1
+    assert doc["eval_result_metrics"]["partial"]["correlation_nan"] == 1
+    # An undefined value is NaN, a float (SAEBench's float fields refuse null): an explainer of dead units only.
+    rng = np.random.default_rng(2)
+    acts = rng.normal(size=(100, 3))
+    acts[:, 2] = 1.0
+    table = pl.DataFrame({"unit": [0, 1, 2, 2], "explainer": ["a", "a", "a", "dead"], "explanation": list("wxyz")})
+    dead = json.loads(json.dumps(compare(acts, table, rng.random((100, 4)), alpha=0.1, n_boot=10).to_saebench()))
+    validator.validate(dead)
+    assert math.isnan(dead["eval_result_metrics"]["dead"]["correlation_mean"])
+    a_dead = [d for d in dead["eval_result_details"] if (d["explainer_a"], d["explainer_b"]) == ("a", "dead")]
+    assert a_dead and all(d["n_units"] == 0 and math.isnan(d["win_rate"]) for d in a_dead)  # no live unit in common
+    # The schema rejects what SAEBench's classes reject or drop.
     broken: list[dict[str, Any]] = []
     for change in (
         lambda x: x.pop("sae_lens_version"),
         lambda x: x.__setitem__("datetime_epoch_millis", "yesterday"),
+        lambda x: x.__setitem__("datetime_epoch_millis", 10**13),
         lambda x: x["eval_result_metrics"]["exact"].__setitem__("nested", {"a": 1}),  # metrics are flat
         lambda x: x["eval_result_metrics"]["exact"].__setitem__("correlation_mean", "NaN"),
+        lambda x: x["eval_result_metrics"]["exact"].__setitem__("correlation_mean", None),  # float rejects null
+        lambda x: x["eval_result_metrics"].__setitem__("baseline:random", x["eval_result_metrics"]["exact"]),
+        lambda x: x["eval_result_metrics"].__setitem__("class", x["eval_result_metrics"]["exact"]),
         lambda x: x["eval_result_details"][0].pop("win_rate"),
+        lambda x: x["eval_result_details"][0].__setitem__("ci_low", None),
         lambda x: x["eval_config"].__setitem__("confidence", 1.5),
+        lambda x: x["eval_config"].__setitem__("dropped", 1),  # no field of the config class: dropped
+        lambda x: x["sae_cfg_dict"].pop("architecture"),
+        lambda x: x["sae_cfg_dict"].__setitem__("d_sae", "16k"),
         lambda x: x.__setitem__("eval_type_id", "core"),
     ):
         copy = json.loads(json.dumps(doc))
@@ -554,3 +596,54 @@ def test_saebench_document_follows_the_schema(result: Comparison) -> None:
         broken.append(copy)
     for b in broken:
         assert not validator.is_valid(b), b
+
+
+def test_saebench_sae_fields_are_checked(result: Comparison) -> None:
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"sae_lens_release_id": "rel"}, "give both the SAE's release"),
+        ({"sae_lens_id": "blocks.0"}, "give both the SAE's release"),
+        ({"sae_lens_release_id": "", "sae_lens_id": "x"}, "sae_lens_release_id must be a non-empty text"),
+        ({"sae_cfg_dict": {"d_sae": K}}, "lacks 'architecture', which SAEBench's results reader reads"),
+        ({"sae_cfg_dict": {}}, "lacks 'architecture' and 'd_sae'"),
+        ({"sae_cfg_dict": {"architecture": "topk", "d_sae": 0}}, "'d_sae' must be a positive integer"),
+        ({"sae_cfg_dict": {"architecture": "topk", "d_sae": True}}, "'d_sae' must be a positive integer"),
+        ({"sae_cfg_dict": {"architecture": 3, "d_sae": 4}}, "'architecture' must be a non-empty text"),
+        ({"sae_cfg_dict": [1]}, "must be a JSON object"),
+        ({"sae_lens_version": 6}, "sae_lens_version must be a text"),
+    ]
+    for kw, message in cases:
+        with pytest.raises(ParameterError, match=re.escape(message)):
+            result.to_saebench(**kw)
+        with pytest.raises(ParameterError, match=re.escape(message)):
+            result.write("/nonexistent/never-written", **kw)
+
+
+# --------------------------------------------------------------------------- small top sets
+
+
+def test_a_top_set_of_a_handful_of_inputs_is_warned_of() -> None:
+    """The issue's case: N = 60 at the default alpha is a top set of ceil(0.3) = 1 input, with which
+    f1 and iou can rank a baseline first."""
+    rng = np.random.default_rng(5)
+    n, k = 60, 8
+    truth = (rng.random((n, k)) < 0.3).astype(float)
+    acts = truth + 0.8 * rng.normal(size=(n, k))
+    table = pl.DataFrame({"unit": list(range(k)), "explainer": ["x"] * k, "explanation": [f"c{j}" for j in range(k)]})
+    with pytest.warns(UserWarning) as caught:
+        compare(acts, table, truth, n_boot=20)
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert caught[0].filename == __file__  # the caller's line
+    assert message.startswith(
+        "alpha = 0.005 of 60 inputs makes each unit's top set 1 input: the top-set metrics auprc, f1, iou"
+    )
+    assert "raise alpha to at least 0.167 (a top set of 10)" in message
+    assert math.ceil(0.167 * n) >= MIN_TOP_SET
+    with pytest.warns(UserWarning, match="top set 9 inputs: the top-set metrics wpmi rest on"):
+        compare(acts, table, truth, metrics=["correlation", "wpmi"], alpha=0.15, n_boot=0)
+    with pytest.warns(UserWarning, match="top set 8 inputs: .*; probe more inputs$"):
+        compare(acts[:8], table, truth[:8], metrics="f1", alpha=1.0, n_boot=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compare(acts, table, truth, metrics=["correlation", "cosine", "inverse_auc"], n_boot=0)  # no top set
+        compare(acts, table, truth, alpha=10 / n, n_boot=0)  # ceil(10 / 60 * 60) = 10: enough

@@ -55,7 +55,7 @@ per budget, and the budget each needs to reach a target::
 Compare explainers (SPEC's trustworthy metrics by default): an explanations table of (unit,
 explainer, explanation) rows and one concept column per row; print each explainer's mean over
 units with a bootstrap interval, against a random and a shuffled baseline, and the paired
-differences between explainers; write the tables and a SAEBench-shaped JSON into a directory
+differences between explainers; write the tables and a SAEBench eval output into a directory
 (or label the explanations with a judge instead of giving --concepts)::
 
     neuroneval compare acts.npy explanations.csv --concepts concepts.npy --n-boot 2000 --out compare/
@@ -114,7 +114,7 @@ Output
 
     `compare --out DIR` prints the ranking of each metric and the differences under the first,
     and writes pairs.parquet, summary.csv, differences.csv, comparison.json and
-    saebench_eval.json there (all or none); `neuroneval report DIR` shows them.
+    saebench_eval.json (RELEASE_ID_eval_results.json with --sae-release and --sae-id) there (all or none); `neuroneval report DIR` shows them.
 
     `circuits run --out DIR` writes scores/<method>.json (MIB's circuit JSON), curves.csv and
     circuit_run.json there (circuit_run.json last: a directory holding it is whole) and prints

@@ -11,6 +11,7 @@ import polars as pl
 
 from neuroneval import compare as comparison
 from neuroneval import label as judges
+from neuroneval.errors import ParameterError
 from neuroneval.params import DEFAULT_ALPHA
 
 from .common import (
@@ -20,6 +21,7 @@ from .common import (
     add_threads,
     names_list,
     non_negative_int,
+    not_empty,
     open_fraction,
     output_dir,
     positive_int,
@@ -32,6 +34,16 @@ RULES = (
     Excludes("--concepts", (("--judge", "--concepts and --judge exclude each other: give one source of concepts"),)),
     Needs(("--judge",), ("--inputs",), "--judge needs --inputs FILE, the probing inputs it judges"),
     Needs(("--inputs",), ("--judge",), "--inputs is for --judge (with --concepts, the concepts are given)"),
+    Needs(
+        ("--sae-release",),
+        ("--sae-id",),
+        "--sae-release needs --sae-id (SAEBench names its results file RELEASE_ID_eval_results.json)",
+    ),
+    Needs(
+        ("--sae-id",),
+        ("--sae-release",),
+        "--sae-id needs --sae-release (SAEBench names its results file RELEASE_ID_eval_results.json)",
+    ),
 )
 
 
@@ -44,7 +56,7 @@ def add(commands: Any) -> None:
             "--concepts or labelled by --judge), then print per metric the explainers ranked by their mean over "
             "units with a bootstrap interval, against a random and a shuffled baseline, and the paired "
             "differences between explainers under the first metric; write the tables, the settings and a "
-            "SAEBench-shaped JSON into --out (see docs/compare.md)."
+            "SAEBench eval output into --out (see docs/compare.md)."
         ),
         rules=RULES,
     )
@@ -54,6 +66,13 @@ def add(commands: Any) -> None:
         metavar="EXPLANATIONS",
         help="a .csv/.parquet/.jsonl table with the columns unit (an index or a name), explainer, explanation; "
         "or a delphi explanations directory, or a Neuronpedia export (batch-N.jsonl.gz files)",
+    )
+    p.add_argument(
+        "--module",
+        type=not_empty,
+        metavar="HOOKPOINT",
+        help="the hookpoint whose explanations to compare, when EXPLANATIONS hold several (a delphi run's "
+        "explanations/ directory); default: the hookpoint of a delphi latent cache directory given as ACTIVATIONS",
     )
     p.add_argument(
         "--concepts",
@@ -84,6 +103,21 @@ def add(commands: Any) -> None:
     p.add_argument("--seed", type=non_negative_int, default=0, help="seeds every draw (default 0)")
     p.add_argument("--no-baselines", action="store_true", help="leave out the random and shuffled baselines")
     p.add_argument("--out", required=True, type=output_dir, metavar="DIR", help="the directory to write into")
+    # The SAE whose latents are the units, for the SAEBench eval output.
+    p.add_argument(
+        "--sae-release",
+        type=not_empty,
+        metavar="RELEASE",
+        help="the SAE's release (SAE Lens's release id): with --sae-id, the SAEBench output is named "
+        "RELEASE_ID_eval_results.json, as SAEBench names its results",
+    )
+    p.add_argument("--sae-id", type=not_empty, metavar="ID", help="the SAE's id within its release (SAE Lens's sae id)")
+    p.add_argument(
+        "--sae-config",
+        metavar="FILE",
+        help="the SAE's config for the SAEBench output's sae_cfg_dict: a JSON object with architecture and d_sae "
+        "(SAE Lens's cfg.json, or an SAE Lens directory holding it)",
+    )
     # Instead of --concepts: label each explanation with a judge (neuroneval label's options).
     _add_judge_options(p, default="")
     p.set_defaults(judge=None)  # optional here: --concepts is the other source of concepts
@@ -109,8 +143,16 @@ def _judged_concepts(args: argparse.Namespace, table: pl.DataFrame) -> np.ndarra
     return concepts
 
 
+def _explanations(args: argparse.Namespace) -> pl.DataFrame:
+    try:
+        return comparison.explanation_table(args.explanations, module=args.module, activations=args.activations)
+    except comparison.HookpointChoiceError as e:
+        raise ParameterError(e.message("--module HOOKPOINT")) from None
+
+
 def run(args: argparse.Namespace) -> int:
-    table = comparison.explanation_table(args.explanations)
+    sae_cfg = comparison.read_sae_config(args.sae_config) if args.sae_config is not None else None
+    table = _explanations(args)
     with threads(args.threads):
         concepts: Any = args.concepts if args.judge is None else _judged_concepts(args, table)
         result = comparison.compare(
@@ -125,7 +167,9 @@ def run(args: argparse.Namespace) -> int:
             confidence=args.confidence,
             seed=args.seed,
         )
-    written = result.write(args.out)
+    written = result.write(
+        args.out, sae_lens_release_id=args.sae_release, sae_lens_id=args.sae_id, sae_cfg_dict=sae_cfg
+    )
     if not args.quiet:
         print("\n\n".join(result.ranking(m) for m in result.metrics), flush=True)
         print(f"\n{result.differences_text(result.metrics[0])}", flush=True)

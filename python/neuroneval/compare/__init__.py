@@ -39,7 +39,7 @@ Examples
 >>> vague = rng.random(truth.shape)                             # an uninformative one
 >>> table = pl.DataFrame({"unit": [*range(6), *range(6)], "explainer": ["good"] * 6 + ["vague"] * 6,
 ...                       "explanation": [f"concept {k}" for k in range(6)] + ["something"] * 6})
->>> result = compare(acts, table, np.hstack([good, vague]), metrics=["correlation", "auprc"], n_boot=200)
+>>> result = compare(acts, table, np.hstack([good, vague]), metrics=["correlation", "auprc"], alpha=0.05, n_boot=200)
 >>> result.summary.sort("correlation_rank")["explainer"].to_list()
 ['good', 'vague', 'baseline:random', 'baseline:shuffled']
 >>> d = result.differences.filter(pl.col("metric") == "correlation").row(0, named=True)
@@ -49,9 +49,17 @@ Examples
 
 from __future__ import annotations
 
-from .inputs import explanation_table, judged_concepts
-from .result import COMPARISON_FILES, COMPARISON_FORMAT, EVAL_TYPE_ID, Comparison
-from .run import BASELINE_RANDOM, BASELINE_SHUFFLED, BASELINES, DEFAULT_METRICS, compare
+from .inputs import HookpointChoiceError, activations_hookpoint, explanation_table, judged_concepts
+from .result import (
+    COMPARISON_FILES,
+    COMPARISON_FORMAT,
+    EVAL_TYPE_ID,
+    Comparison,
+    read_sae_config,
+    saebench_categories,
+    saebench_file_name,
+)
+from .run import BASELINE_RANDOM, BASELINE_SHUFFLED, BASELINES, DEFAULT_METRICS, MIN_TOP_SET, compare
 from .statistics import (
     Difference,
     Interval,
@@ -70,15 +78,21 @@ __all__ = [
     "COMPARISON_FORMAT",
     "DEFAULT_METRICS",
     "EVAL_TYPE_ID",
+    "MIN_TOP_SET",
     "Comparison",
     "Difference",
+    "HookpointChoiceError",
     "Interval",
+    "activations_hookpoint",
     "bootstrap_mean",
     "compare",
     "explanation_table",
     "judged_concepts",
     "paired_difference",
+    "read_sae_config",
     "resample_indices",
+    "saebench_categories",
+    "saebench_file_name",
     "stream_seed",
     "unpaired_difference",
 ]

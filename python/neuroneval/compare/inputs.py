@@ -1,9 +1,11 @@
-"""The inputs of `compare`: the explanations table (each row's unit as a column index), the
-concept source with each row's column in it, and the dead (constant) units."""
+"""The inputs of `compare`: the explanations table (each row's unit as a column index; of one
+hookpoint, when it holds several), the concept source with each row's column in it, and the dead
+(constant) units."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +14,20 @@ import numpy.typing as npt
 import polars as pl
 
 from .._coerce import as_table
-from ..errors import EmptyInputError, ShapeError, SourceError
+from ..errors import EmptyInputError, ParameterError, ShapeError, SourceError
 from ..label.run import Labels, label
 from ..sources import Source, input_file, open_concepts
 from .statistics import BLOCK, IntArray
 
-__all__ = ["check_duplicates", "concept_source", "constant_columns", "explanation_table", "unit_indices"]
+__all__ = [
+    "HookpointChoiceError",
+    "activations_hookpoint",
+    "check_duplicates",
+    "concept_source",
+    "constant_columns",
+    "explanation_table",
+    "unit_indices",
+]
 
 _TABLE_READERS = {
     ".parquet": pl.read_parquet,
@@ -38,15 +48,88 @@ def _ecosystem_export(path: Path) -> bool:
     )
 
 
-def _read_export(path: Path) -> pl.DataFrame:
+def _read_export(path: Path, module: str | None) -> pl.DataFrame:
     from ..interop import read_delphi_explanations, read_neuronpedia_explanations
 
     if path.is_dir() and any(path.glob("*_latent*.txt")):
-        return read_delphi_explanations(path)
+        return read_delphi_explanations(path, module=module)
     return read_neuronpedia_explanations(path)
 
 
-def explanation_table(explanations: Any) -> pl.DataFrame:
+#: A delphi latent cache's split file, ``{start}_{end}.safetensors`` (delphi's ``save_splits``).
+_CACHE_SPLIT = re.compile(r"^\d+_\d+\.safetensors$")
+
+
+def activations_hookpoint(activations: Any) -> str | None:
+    """The hookpoint that `activations` name: a delphi latent cache's directory
+    (``latents/{hookpoint}``, holding ``{start}_{end}.safetensors`` splits) is named after its
+    hookpoint; anything else names none.
+
+    Examples
+    --------
+    >>> activations_hookpoint("acts.npy") is None
+    True
+    """
+    if not isinstance(activations, (str, os.PathLike)):
+        return None
+    path = Path(os.path.abspath(activations))
+    try:
+        if not path.is_dir() or not any(_CACHE_SPLIT.match(p.name) for p in path.iterdir()):
+            return None
+    except OSError:  # unreadable: open_activations says why
+        return None
+    return path.name
+
+
+class HookpointChoiceError(ParameterError):
+    """Explanations of several hookpoints (a delphi run's ``explanations/`` directory, or a
+    table with a `module` column), none of them chosen: the units of different hookpoints would
+    be scored against one set of activations. `hookpoints` lists them; `message(option)` says
+    the same naming another option than the `module` parameter (the command line's)."""
+
+    def __init__(self, where: str, hookpoints: list[str], hookpoint: str | None) -> None:
+        self.where, self.hookpoints, self.hookpoint = where, hookpoints, hookpoint
+        super().__init__(self.message("module="))
+
+    def __reduce__(self) -> tuple[type[HookpointChoiceError], tuple[str, list[str], str | None]]:
+        return type(self), (self.where, self.hookpoints, self.hookpoint)
+
+    def message(self, option: str) -> str:
+        """The error, naming `option` as the way to choose."""
+        shown = ", ".join(self.hookpoints)
+        named = (
+            f"the activations' hookpoint {self.hookpoint!r} is none of them"
+            if self.hookpoint is not None
+            else "the activations name none of them (a delphi latent cache directory names its hookpoint)"
+        )
+        return (
+            f"{self.where} holds the explanations of {len(self.hookpoints)} hookpoints ({shown}) and {named}; "
+            f"choose one with {option}"
+        )
+
+
+def _one_hookpoint(table: pl.DataFrame, where: str, module: str | None, activations: Any) -> pl.DataFrame:
+    """The rows of one hookpoint: `module`'s, else the only one's, else the activations'."""
+    if "module" not in table.columns or table["module"].dtype != pl.String:
+        if module is not None:
+            raise ParameterError(
+                f"module={module!r} chooses a hookpoint of delphi explanations, but {where} has no module column"
+            )
+        return table
+    hookpoints = [h for h in dict.fromkeys(table["module"].to_list()) if h is not None]
+    if module is None:
+        if len(hookpoints) <= 1:
+            return table
+        hookpoint = activations_hookpoint(activations)
+        if hookpoint not in hookpoints:
+            raise HookpointChoiceError(where, hookpoints, hookpoint)
+        module = hookpoint
+    elif module not in hookpoints:
+        raise SourceError(f"{where} holds no explanations of hookpoint {module!r}; it holds {', '.join(hookpoints)}")
+    return table.filter(pl.col("module") == module)
+
+
+def explanation_table(explanations: Any, *, module: str | None = None, activations: Any = None) -> pl.DataFrame:
     """The explanations table that `compare` reads, checked: a polars DataFrame (or anything it
     takes), a delphi explanations directory (`neuroneval.interop.read_delphi_explanations`), a
     Neuronpedia export (`neuroneval.interop.read_neuronpedia_explanations`), or a .csv (every
@@ -54,15 +137,33 @@ def explanation_table(explanations: Any) -> pl.DataFrame:
     `unit`, `explainer` (text; integers are written as text) and `explanation` (non-empty text),
     none of them missing a value; other columns are kept.
 
+    A delphi run's ``explanations/`` directory (and a table with delphi's `module` column)
+    holds the explanations of every hookpoint it explained, each numbered from latent 0: only
+    one hookpoint's rows are read, `module`'s, else the only one's, else the hookpoint of
+    `activations` when they are a delphi latent cache directory (``latents/{hookpoint}``,
+    `activations_hookpoint`); several with none chosen are a `HookpointChoiceError` that lists
+    them.
+
     Examples
     --------
     >>> explanation_table({"unit": [0, 1], "explainer": ["llm", "llm"], "explanation": ["dogs", " "]})
     Traceback (most recent call last):
     ...
     neuroneval.errors.SourceError: explanation row 1 has an empty explanation
+    >>> two = {"unit": [0, 0], "module": ["layers.1", "layers.2"], "explainer": ["run", "run"], "explanation": ["a", "b"]}
+    >>> explanation_table(two, module="layers.2")["explanation"].to_list()
+    ['b']
+    >>> explanation_table(two)
+    Traceback (most recent call last):
+    ...
+    neuroneval.compare.inputs.HookpointChoiceError: the explanations table holds the explanations of 2 hookpoints (layers.1, layers.2) and the activations name none of them (a delphi latent cache directory names its hookpoint); choose one with module=
     """
+    if module is not None and (not isinstance(module, str) or not module):
+        raise ParameterError(f"module must be a hookpoint's name (non-empty text); got {module!r}")
+    where = "the explanations table"
     if isinstance(explanations, (str, os.PathLike)) and _ecosystem_export(Path(explanations)):
-        table = _read_export(Path(explanations))
+        where = str(explanations)
+        table = _read_export(Path(explanations), module)
     elif isinstance(explanations, (str, os.PathLike)):
         path = input_file(explanations, "explanations file")
         if path.suffix not in _TABLE_READERS:
@@ -73,6 +174,7 @@ def explanation_table(explanations: Any) -> pl.DataFrame:
             raise SourceError(f"cannot read the explanations table {path}: {' '.join(str(e).split())}") from e
     else:
         table = as_table(explanations, "explanations", "unit, explainer, explanation")
+    table = _one_hookpoint(table, where, module, activations)
     missing = [c for c in ("unit", "explainer", "explanation") if c not in table.columns]
     if missing:
         raise SourceError(

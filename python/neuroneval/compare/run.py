@@ -4,6 +4,7 @@ per explainer and the differences between explainers."""
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +12,7 @@ import numpy as np
 import polars as pl
 
 from .._coerce import check_flag
+from .._registry import METRICS
 from .._score import compute
 from ..errors import ParameterError, ShapeError
 from ..params import DEFAULT_ALPHA, ScoreParams, metric_list
@@ -19,7 +21,7 @@ from .inputs import check_duplicates, concept_source, constant_columns, explanat
 from .result import Comparison
 from .statistics import BLOCK, Array, IntArray, bootstrap_mean, check_boot, paired_difference, stream_seed
 
-__all__ = ["BASELINES", "BASELINE_RANDOM", "BASELINE_SHUFFLED", "DEFAULT_METRICS", "compare"]
+__all__ = ["BASELINES", "BASELINE_RANDOM", "BASELINE_SHUFFLED", "DEFAULT_METRICS", "MIN_TOP_SET", "compare"]
 
 BASELINE_RANDOM = "baseline:random"
 BASELINE_SHUFFLED = "baseline:shuffled"
@@ -36,6 +38,28 @@ BASELINES: dict[str, str] = {
 }
 #: The metrics `compare` reports by default: the five that pass the sanity checks (SPEC section 4).
 DEFAULT_METRICS: tuple[str, ...] = ("correlation", "cosine", "auprc", "f1", "iou")
+#: The fewest inputs in a unit's top-alpha set, ceil(alpha * N), at which `compare` does not warn:
+#: with fewer, the metrics of the top set (f1, iou, auprc, ...) take a handful of values per
+#: unit, and a baseline can rank first by chance.
+MIN_TOP_SET = 10
+
+
+def _warn_small_top_set(names: list[str], alpha: float, n: int) -> None:
+    binary = [m for m in names if METRICS[m].uses_alpha]
+    top = max(1, min(n, math.ceil(alpha * n)))  # the core's top-set size (SPEC section 2)
+    if not binary or top >= MIN_TOP_SET:
+        return
+    remedy = (
+        f"raise alpha to at least {math.ceil(1000 * MIN_TOP_SET / n) / 1000:g} (a top set of {MIN_TOP_SET}) or probe more inputs"
+        if n >= MIN_TOP_SET
+        else "probe more inputs"
+    )
+    warnings.warn(
+        f"alpha = {alpha:g} of {n:,} inputs makes each unit's top set {top} input{'' if top == 1 else 's'}: "
+        f"the top-set metrics {', '.join(binary)} rest on so few inputs that they can rank a baseline first by chance; {remedy}",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 # --------------------------------------------------------------------------- the baselines
@@ -95,6 +119,7 @@ def compare(
     metrics: str | Sequence[str] = DEFAULT_METRICS,
     alpha: float = DEFAULT_ALPHA,
     unit_names: Any = None,
+    module: str | None = None,
     baselines: bool = True,
     n_boot: int = 1000,
     confidence: float = 0.95,
@@ -111,7 +136,8 @@ def compare(
         A table (or a .csv, .parquet or .jsonl file) with columns `unit` (a column index, or a
         unit name of `unit_names` or the source's names), `explainer` and `explanation`; at most
         one row per (unit, explainer). An optional `concept` column names each row's concept
-        in a concept source that names its columns (a concept table, a shard manifest).
+        in a concept source that names its columns (a concept table, a shard manifest). Or a
+        delphi explanations directory, or a Neuronpedia export (`explanation_table`).
     concepts : array_like, path, sparse matrix or neuroneval.label.Labels, shape (N, E)
         Column e is the concept of explanation row e: anything `open_concepts` takes (a long
         (input, concept, probability) table names the concepts by the `concept` column, else by
@@ -120,9 +146,15 @@ def compare(
     metrics : str or sequence of str
         Names from `neuroneval.METRICS`; the first is the one rankings and reports lead with.
     alpha : float
-        The top-alpha fraction of the binary metrics (`neuroneval.compute`).
+        The top-alpha fraction of the binary metrics (`neuroneval.compute`). A top set,
+        ceil(alpha * N) inputs, under `MIN_TOP_SET` is warned of (`UserWarning`) when a metric
+        of the top set is compared.
     unit_names : sequence of str or path, optional
         Names of the K units (a text file: one per line), for a `unit` column of names.
+    module : str, optional
+        The hookpoint whose explanations to compare, when `explanations` hold several (a delphi
+        run's ``explanations/``; default: the hookpoint of a delphi latent cache directory given
+        as `activations`; `explanation_table`).
     baselines : bool
         Add `BASELINE_RANDOM` and `BASELINE_SHUFFLED` (module docstring) as explainers.
     n_boot : int
@@ -147,7 +179,7 @@ def compare(
     params = ScoreParams(alpha=alpha, seed=seed)  # checked once, in the core
     baselines = check_flag(baselines, "baselines")
     acts = open_activations(activations, unit_names=unit_names)
-    table = explanation_table(explanations)
+    table = explanation_table(explanations, module=module, activations=activations)
     units = unit_indices(table["unit"], acts.n_columns, acts.names)
     explainer_of = table["explainer"].to_list()
     check_duplicates(units, explainer_of)
@@ -159,6 +191,7 @@ def compare(
     conc, columns = concept_source(concepts, table, acts.n_rows)
     if conc.n_rows != acts.n_rows:
         raise ShapeError(f"activations have {acts.n_rows} inputs (rows) but concepts have {conc.n_rows}")
+    _warn_small_top_set(names, float(params.alpha), acts.n_rows)
     dead = constant_columns(acts)
     texts = table["explanation"].to_list()
     values = _score_pairs(acts, conc, names, params, np.column_stack([units, columns]))
