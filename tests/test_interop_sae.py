@@ -489,7 +489,7 @@ def break_saelens(directory: Path, case: str) -> None:
 SAELENS_BREAKS = [
     ("no cfg", "cfg.json does not exist"),
     ("no weights", "sae_weights.safetensors does not exist"),
-    ("cfg not json", "cfg.json is not readable JSON"),
+    ("cfg not json", "cfg.json is not valid JSON"),
     ("cfg a list", "cfg.json must hold a JSON object"),
     ("truncated", "sae_weights.safetensors is not a readable safetensors file"),
     ("header only", "sae_weights.safetensors is not a readable safetensors file"),

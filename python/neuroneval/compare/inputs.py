@@ -39,13 +39,11 @@ _TABLE_READERS = {
 
 def _ecosystem_export(path: Path) -> bool:
     """A delphi explanations directory or a Neuronpedia export (directory or batch file)."""
+    from ..interop import is_neuronpedia_export
+
     if path.is_file():
         return path.name.endswith(".jsonl.gz")
-    return path.is_dir() and (
-        any(path.glob("*_latent*.txt"))
-        or any(path.glob("batch-*.jsonl.gz"))
-        or any(path.glob("explanations/batch-*.jsonl.gz"))
-    )
+    return path.is_dir() and (any(path.glob("*_latent*.txt")) or is_neuronpedia_export(path))
 
 
 def _read_export(path: Path, module: str | None) -> pl.DataFrame:

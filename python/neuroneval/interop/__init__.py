@@ -3,11 +3,12 @@
 - delphi latent caches, explanations and scorer outputs (`neuroneval.interop.delphi`);
 - Neuronpedia explanation exports (`neuroneval.interop.neuronpedia`);
 - SAE weights in SAELens's and sparsify's layouts (`neuroneval.interop.sae`);
-- OpenAI neuron-explainer `ScoredSimulation` files (`neuroneval.interop.simulation`).
+- OpenAI neuron-explainer `ScoredSimulation` files, and delphi's simulation scores
+  (`neuroneval.interop.simulation`).
 
 Every reader checks what it reads and raises `neuroneval.errors.SourceError` naming the file
-when it is truncated or inconsistent; every layout has a writer, used by the tests to produce
-the exact published layout.
+(and the line, entry and field) when it is unreadable, truncated, inconsistent, or holds a
+value of another JSON type than the tool that wrote it writes; every layout has a writer.
 """
 
 from .delphi import (
@@ -19,7 +20,7 @@ from .delphi import (
     write_delphi_cache,
     write_delphi_explanations,
 )
-from .neuronpedia import read_neuronpedia_explanations, write_neuronpedia_explanations
+from .neuronpedia import is_neuronpedia_export, read_neuronpedia_explanations, write_neuronpedia_explanations
 from .sae import SparseAutoencoder, read_saelens, read_sparsify, write_saelens, write_sparsify
 from .simulation import SimulationRecord, read_scored_simulations, simulation_scores, write_scored_simulations
 
@@ -28,6 +29,7 @@ __all__ = [
     "SimulationRecord",
     "SparseAutoencoder",
     "delphi_score_summary",
+    "is_neuronpedia_export",
     "read_delphi_cache",
     "read_delphi_explanations",
     "read_delphi_scores",

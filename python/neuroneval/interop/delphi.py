@@ -6,17 +6,21 @@ A delphi run (EleutherAI's `delphi`) leaves, per hookpoint (a module path such a
 - ``latents/{hookpoint}/{start}_{end}.safetensors``: the latent cache, split by latent range
   (`end` inclusive). Each file holds ``locations`` (n, 3) unsigned integers (sequence,
   position, latent - start), ``activations`` (n,) float16 and, usually, ``tokens``
-  (sequences, context) of the token ids; ``config.json`` beside them records the run.
+  (sequences, context) of the token ids; ``config.json`` beside them records the run
+  (delphi's ``CacheConfig``: ``cache_ctx_len``, ``n_splits``, ... and ``model_name``).
 - ``explanations/{hookpoint}_latent{i}.txt``: one explanation, a JSON string.
 - ``scores/{scorer}/{hookpoint}_latent{i}.txt``: a JSON list of the scorer's examples
   (``str_tokens``, ``activations``, ``distance``, ``activating``, ``prediction``,
-  ``probability``, ``correct``), as the detection and fuzz scorers write them.
+  ``probability``, ``correct``), as the detection and fuzz scorers write them; the simulation
+  scorer's ``scores/simulation`` holds neuron-explainer ScoredSimulations instead, read by
+  `neuroneval.interop.read_scored_simulations`.
 
 `read_delphi_cache` turns a cache into a sparse activation source (row = sequence x context
 + position, column = latent) without densifying it: two passes over each file in bounded
 chunks (count each latent's entries, then place them), so memory holds the result (an
 int64 row index and the stored value per entry) plus one chunk. `write_delphi_cache` writes
-the same layout from a sparse or dense matrix, as delphi's ``save_splits`` does.
+the same layout from a sparse or dense matrix, as delphi's ``save_splits`` and
+``save_config`` do. Every JSON value read is checked against the type delphi writes there.
 
 Examples
 --------
@@ -51,9 +55,11 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from .._coerce import check_integer
 from ..errors import EmptyInputError, ParameterError, ShapeError, SourceError
-from ..files import write_files_atomic
+from ..files import read_json, write_files_atomic
 from ..sources import Source, register_directory_reader
+from ._fields import json_bool, json_float_list, json_int, json_number, json_string_list
 
 __all__ = [
     "DelphiCache",
@@ -216,15 +222,18 @@ def _split_files(directory: Path) -> list[tuple[int, int, Path]]:
 
 
 def _read_config(directory: Path) -> dict[str, Any] | None:
+    """``config.json`` beside the splits, when present, with the fields this reader uses checked
+    against the types delphi's ``CacheConfig`` writes (``cache_ctx_len`` and ``n_splits`` are
+    integers)."""
     path = directory / "config.json"
     if not path.is_file():
         return None
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise SourceError(f"{path} is not valid JSON: {e}") from e
+    config = read_json(path)
     if not isinstance(config, dict):
-        raise SourceError(f"{path} must hold a JSON object")
+        raise SourceError(f"{path} must hold a JSON object (delphi's cache configuration)")
+    for field in ("cache_ctx_len", "n_splits"):
+        if field in config:
+            json_int(config[field], str(path), field, minimum=1)
     return config
 
 
@@ -257,26 +266,45 @@ def read_delphi_cache(
     ------
     SourceError
         A missing, truncated or inconsistent file (named): splits that do not tile the latent
-        range, a location outside the cache's shape or its split, an entry twice, tokens that
-        differ between splits, a non-finite activation.
+        range, fewer or more split files than ``config.json``'s ``n_splits``, a ``config.json``
+        whose ``cache_ctx_len`` or ``n_splits`` is not an integer or disagrees with the tokens,
+        a location outside the cache's shape or its split, an entry twice, tokens that differ
+        between splits, a non-finite activation.
+    ParameterError
+        `width`, `n_sequences` or `ctx_len` is not a positive integer.
     """
     directory = Path(directory)
+    width = None if width is None else check_integer(width, "width", minimum=1)
+    n_sequences = None if n_sequences is None else check_integer(n_sequences, "n_sequences", minimum=1)
+    ctx_len = None if ctx_len is None else check_integer(ctx_len, "ctx_len", minimum=1)
     files = _split_files(directory)
     config = _read_config(directory)
+    if config is not None and "n_splits" in config and config["n_splits"] != len(files):
+        raise SourceError(
+            f"{directory / 'config.json'}: n_splits is {config['n_splits']}, but {directory} holds {len(files)} "
+            f"split files ({', '.join(p.name for _, _, p in files)}); a split is missing, or the config is another "
+            "cache's"
+        )
     total_width = files[-1][1] + 1
     if width is not None and width != total_width:
         raise SourceError(f"{directory}: the splits cover {total_width} latents, not the width {width} given")
     splits = [_Split(p, s, e) for s, e, p in files]
     tokens = _common_tokens(splits)
+    configured_ctx = None if config is None else config.get("cache_ctx_len")
     if tokens is not None:
         shape = tokens.shape
         for given, actual, name in ((n_sequences, shape[0], "n_sequences"), (ctx_len, shape[1], "ctx_len")):
             if given is not None and given != actual:
                 raise SourceError(f"{directory}: the cache's tokens have shape {shape}; {name}={given} disagrees")
+        if configured_ctx is not None and configured_ctx != shape[1]:
+            raise SourceError(
+                f"{directory / 'config.json'}: cache_ctx_len is {configured_ctx}, but the cache's tokens have "
+                f"shape {shape}"
+            )
         n_sequences, ctx_len = int(shape[0]), int(shape[1])
     else:
-        if ctx_len is None and config is not None and isinstance(config.get("cache_ctx_len"), int):
-            ctx_len = int(config["cache_ctx_len"])
+        if ctx_len is None and configured_ctx is not None:
+            ctx_len = int(configured_ctx)
         if n_sequences is None or ctx_len is None:
             raise SourceError(
                 f"{directory}: the cache saved no tokens, so its shape is unknown; give n_sequences and ctx_len"
@@ -427,8 +455,13 @@ def write_delphi_cache(
     at boundaries ``linspace(0, width, n_splits + 1)`` (`end` inclusive), each with
     ``locations`` (uint16 when sequences and split-local latents fit, else uint32) in
     (sequence, position, latent) order, float16 ``activations`` of the entries whose
-    magnitude exceeds 1e-5 (delphi's cut), and ``tokens`` when given; ``config.json`` when
-    `config` is given. All files appear at once or none.
+    magnitude exceeds 1e-5 (delphi's cut), and ``tokens`` when given; and always
+    ``config.json``, as delphi's ``save_config`` writes it beside the splits (delphi's
+    ``LatentDataset`` refuses a cache without one): ``cache_ctx_len``, ``n_splits``,
+    ``n_tokens`` (the rows written) and ``model_name`` (None unless `config` names it: give it,
+    or give ``LatentDataset`` a tokenizer, since delphi loads the tokenizer by that name), with
+    `config`'s other fields (delphi's ``CacheConfig``: ``dataset_repo``, ``batch_size``, ...)
+    added. All files appear at once or none.
 
     Parameters
     ----------
@@ -440,6 +473,14 @@ def write_delphi_cache(
         Tokens per sequence; from `tokens` when given.
     n_splits : int
     config : dict, optional
+        More fields for ``config.json``; its ``cache_ctx_len`` and ``n_splits``, when given,
+        must agree with the cache written.
+
+    Raises
+    ------
+    ParameterError
+        `config`'s ``cache_ctx_len`` or ``n_splits`` disagrees with the cache, or `n_splits`
+        is not in 1..width.
     """
     import scipy.sparse as sp
 
@@ -478,9 +519,12 @@ def write_delphi_cache(
         if tokens is not None:
             tensors["tokens"] = np.ascontiguousarray(tok)
         files[f"{start}_{stop - 1}.safetensors"] = _safetensors_writer(tensors)
-    if config is not None:
-        text = json.dumps(config, indent=4)
-        files["config.json"] = lambda p: p.write_text(text, encoding="utf-8")
+    written: dict[str, Any] = {"cache_ctx_len": ctx_len, "n_tokens": n_rows, "n_splits": n_splits, "model_name": None}
+    for field in ("cache_ctx_len", "n_splits"):
+        if config is not None and field in config and config[field] != written[field]:
+            raise ParameterError(f"config's {field} is {config[field]!r}, but the cache written has {written[field]}")
+    text = json.dumps({**written, **(config or {})}, indent=4)  # json.dump(..., indent=4), as save_config
+    files["config.json"] = lambda p: p.write_text(text, encoding="utf-8")
     return write_files_atomic(directory, files)
 
 
@@ -500,13 +544,6 @@ def _latent_files(directory: Path, what: str) -> Iterator[tuple[str, int, Path]]
         m = _LATENT_FILE.match(p.name)
         if m and p.is_file():
             yield m.group("module"), int(m.group("latent")), p
-
-
-def _read_json_file(path: Path) -> Any:
-    try:
-        return json.loads(path.read_bytes())
-    except (OSError, ValueError) as e:
-        raise SourceError(f"{path} is not valid JSON (truncated?): {e}") from e
 
 
 def read_delphi_explanations(
@@ -529,7 +566,7 @@ def read_delphi_explanations(
     for mod, latent, path in _latent_files(directory, "explanations"):
         if module is not None and mod != module:
             continue
-        text = _read_json_file(path)
+        text = read_json(path)
         if not isinstance(text, str):
             raise SourceError(
                 f"{path} must hold one JSON string (delphi's explanation); it holds {type(text).__name__}"
@@ -560,61 +597,98 @@ def write_delphi_explanations(
     return write_files_atomic(directory, files)
 
 
-def read_delphi_scores(directory: str | os.PathLike[str]) -> pl.DataFrame:
-    """A delphi ``scores`` directory (one subdirectory per scorer) as one row per example.
+#: The scorer folder where delphi's simulation scorer writes (``scores/simulation``): its files
+#: hold neuron-explainer ScoredSimulations, read by `neuroneval.interop.read_scored_simulations`.
+SIMULATION_SCORER = "simulation"
+_SCORE_COLUMNS = {
+    "scorer": pl.String, "module": pl.String, "unit": pl.Int64, "example": pl.Int64, "distance": pl.Float64,
+    "activating": pl.Boolean, "prediction": pl.Boolean, "probability": pl.Float64, "correct": pl.Boolean,
+    "max_activation": pl.Float64,
+}  # fmt: skip
 
-    Columns: `scorer`, `module`, `unit`, `example` (its place in the file), `distance`,
-    `activating`, `prediction`, `probability`, `correct`, `max_activation` (of the example's
-    tokens). Scorers that write classifier examples (detection, fuzz) are read; a file that is
-    not a list of such examples is an error naming it.
-    """
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise SourceError(f"no delphi scores directory at {directory}")
-    columns: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            "scorer",
-            "module",
-            "unit",
-            "example",
-            "distance",
-            "activating",
-            "prediction",
-            "probability",
-            "correct",
-            "max_activation",
+
+def scores_directory(path: str | os.PathLike[str]) -> Path:
+    """A delphi run's ``scores`` folder: `path` itself, or ``path/scores`` when `path` is the
+    run's folder (the one holding ``latents``, ``explanations`` and ``scores``)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise SourceError(f"no delphi scores directory at {path}")
+    inner = path / "scores"
+    return inner if inner.is_dir() else path
+
+
+def _classifier_example(ex: Any, where: str) -> tuple[Any, ...]:
+    """One example as delphi's classifier scorers write it (``ClassifierOutput`` through
+    orjson), its fields checked against their types there: (distance, activating, prediction,
+    probability, correct, max_activation)."""
+    if isinstance(ex, dict) and "scored_sequence_simulations" in ex:
+        raise SourceError(
+            f"{where} is a simulation scorer's output, not a classifier example; read it with read_scored_simulations"
         )
-    }
+    if not isinstance(ex, dict) or not set(_EXAMPLE_FIELDS) <= ex.keys():
+        missing = sorted(set(_EXAMPLE_FIELDS) - ex.keys()) if isinstance(ex, dict) else list(_EXAMPLE_FIELDS)
+        raise SourceError(f"{where} is not a classifier example (fields {_EXAMPLE_FIELDS}; missing {missing})")
+    json_string_list(ex["str_tokens"], where, "str_tokens")
+    acts = json_float_list(ex["activations"], where, "activations")
+    return (
+        json_number(ex["distance"], where, "distance"),
+        json_bool(ex["activating"], where, "activating"),
+        json_bool(ex["prediction"], where, "prediction", null=True),
+        json_number(ex["probability"], where, "probability", null=True),
+        json_bool(ex["correct"], where, "correct", null=True),
+        float(acts.max()) if acts.size else None,
+    )
+
+
+def read_delphi_scores(directory: str | os.PathLike[str]) -> pl.DataFrame:
+    """A delphi run's classifier scores (``scores/{scorer}/{module}_latent{i}.txt``) as one row
+    per example.
+
+    Parameters
+    ----------
+    directory : path
+        The run's ``scores`` folder (one subfolder per scorer), or the run's folder holding it.
+
+    Returns
+    -------
+    polars.DataFrame
+        Columns `scorer`, `module`, `unit`, `example` (its place in the file), `distance`,
+        `activating`, `prediction`, `probability`, `correct`, `max_activation` (of the
+        example's tokens). The classifier scorers (detection, fuzz) are read; delphi's
+        simulation scorer (``scores/simulation``) is left out: read it with
+        `neuroneval.interop.read_scored_simulations`.
+
+    Raises
+    ------
+    SourceError
+        A file that is not a list of delphi's classifier examples (``ClassifierOutput``: the
+        seven fields, each of the JSON type delphi writes: ``activating`` true or false,
+        ``prediction`` and ``correct`` true, false or null, ``activations`` numbers, ...),
+        naming the file, the example and the field; no classifier score file at all.
+    """
+    directory = scores_directory(directory)
+    columns: dict[str, list[Any]] = {k: [] for k in _SCORE_COLUMNS}
+    skipped = False
     for scorer_dir in sorted(d for d in directory.iterdir() if d.is_dir()):
+        if scorer_dir.name == SIMULATION_SCORER:
+            skipped = True
+            continue
         for mod, latent, path in _latent_files(scorer_dir, "scores"):
-            examples = _read_json_file(path)
+            examples = read_json(path)
             if not isinstance(examples, list):
                 raise SourceError(
                     f"{path} must hold a JSON list of scored examples; it holds {type(examples).__name__}"
                 )
             for i, ex in enumerate(examples):
-                if not isinstance(ex, dict) or not {"activating", "prediction"} <= ex.keys():
-                    raise SourceError(f"{path}: example {i} is not a classifier example (fields {_EXAMPLE_FIELDS})")
-                acts = ex.get("activations") or []
-                columns["scorer"].append(scorer_dir.name)
-                columns["module"].append(mod)
-                columns["unit"].append(latent)
-                columns["example"].append(i)
-                columns["distance"].append(ex.get("distance"))
-                columns["activating"].append(bool(ex["activating"]))
-                columns["prediction"].append(None if ex["prediction"] is None else bool(ex["prediction"]))
-                columns["probability"].append(ex.get("probability"))
-                columns["correct"].append(ex.get("correct"))
-                columns["max_activation"].append(float(max(acts)) if acts else None)
+                values = _classifier_example(ex, f"{path}: example {i}")
+                for name, value in zip(_SCORE_COLUMNS, (scorer_dir.name, mod, latent, i, *values), strict=True):
+                    columns[name].append(value)
     if not columns["scorer"]:
-        raise SourceError(f"{directory} holds no delphi score files ({{scorer}}/{{module}}_latent{{i}}.txt)")
-    schema = {
-        "scorer": pl.String, "module": pl.String, "unit": pl.Int64, "example": pl.Int64, "distance": pl.Float64,
-        "activating": pl.Boolean, "prediction": pl.Boolean, "probability": pl.Float64, "correct": pl.Boolean,
-        "max_activation": pl.Float64,
-    }  # fmt: skip
-    return pl.DataFrame(columns, schema=schema)
+        hint = f" (its {SIMULATION_SCORER}/ scores are read by read_scored_simulations)" if skipped else ""
+        raise SourceError(
+            f"{directory} holds no delphi classifier score files ({{scorer}}/{{module}}_latent{{i}}.txt){hint}"
+        )
+    return pl.DataFrame(columns, schema=_SCORE_COLUMNS)
 
 
 def delphi_score_summary(examples: pl.DataFrame) -> pl.DataFrame:

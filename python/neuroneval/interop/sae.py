@@ -63,6 +63,7 @@ SparseAutoencoder(architecture='topk', d_in=4, d_sae=6, k=2, source='saelens', p
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Callable
@@ -75,7 +76,7 @@ import numpy.typing as npt
 
 from .._coerce import as_matrix, check_flag, check_integer, is_torch_tensor
 from ..errors import DTypeError, InvalidInputError, NonFiniteError, ParameterError, ShapeError, SourceError
-from ..files import write_files_atomic
+from ..files import parse_json, read_json, write_files_atomic
 
 __all__ = ["SparseAutoencoder", "read_saelens", "read_sparsify", "write_saelens", "write_sparsify"]
 
@@ -354,10 +355,7 @@ def _directory(directory: str | os.PathLike[str], what: str) -> Path:
 def _read_cfg(path: Path, what: str) -> dict[str, Any]:
     if not path.is_file():
         raise SourceError(f"{path} does not exist; {what}")
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SourceError(f"{path} is not readable JSON (truncated or corrupt?): {e}") from e
+    cfg = read_json(path)
     if not isinstance(cfg, dict):
         raise SourceError(f"{path} must hold a JSON object; it holds {type(cfg).__name__}")
     return cfg
@@ -414,17 +412,57 @@ def _read_tensors(path: Path, what: str) -> tuple[dict[str, Array], list[str]]:
     return result, [kinds[k] for k in keys]
 
 
+#: The largest safetensors header the safetensors library reads (its MAX_HEADER_SIZE).
+SAFETENSORS_MAX_HEADER = 100_000_000
+
+
+def _safetensors_header(path: Path) -> tuple[dict[str, Any], int]:
+    """The JSON header of a safetensors file and the offset of its data, from the layout
+    safetensors documents (an 8-byte little-endian header length, the JSON header, the
+    data): a length beyond the file or the library's limit, or a header that is not a JSON
+    object, is a `SourceError` naming the file."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            prefix = fh.read(8)
+            n = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1
+            if not 0 < n <= min(size - 8, SAFETENSORS_MAX_HEADER):
+                raise SourceError(
+                    f"{path} is not a readable safetensors file: its header length {n} does not fit in its "
+                    f"{size:,} bytes"
+                )
+            raw = fh.read(n)
+    except OSError as e:
+        raise SourceError(f"cannot read {path}: {e.strerror or e}") from None
+    header = parse_json(raw, f"{path}'s safetensors header")
+    if not isinstance(header, dict):
+        raise SourceError(f"{path}'s safetensors header must be a JSON object")
+    return header, 8 + n
+
+
 def _read_bfloat16(path: Path, keys: list[str]) -> dict[str, Array]:
-    """bfloat16 tensors widened exactly to float32, from the layout safetensors documents
-    (an 8-byte header length, the JSON header, then the data); safe_open has checked it."""
-    with open(path, "rb") as fh:
-        n = int.from_bytes(fh.read(8), "little")
-        header = json.loads(fh.read(n))
+    """bfloat16 tensors widened exactly to float32, from the file's header and bytes (numpy has
+    no bfloat16); every offset and shape the header gives is checked against the file."""
+    header, start = _safetensors_header(path)
+    size = path.stat().st_size
     result = {}
     for key in keys:
-        begin, end = header[key]["data_offsets"]
-        raw = np.fromfile(path, dtype="<u2", count=(end - begin) // 2, offset=8 + n + begin)
-        result[key] = (raw.astype(np.uint32) << 16).view(np.float32).reshape(header[key]["shape"])
+        entry = header.get(key)
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in offsets)
+            or not isinstance(shape, list)
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in shape)
+        ):
+            raise SourceError(f"{path}: the header's entry for '{key}' is not a tensor's (data_offsets, shape)")
+        begin, end = offsets
+        if not 0 <= begin <= end <= size - start or end - begin != 2 * math.prod(shape):
+            raise SourceError(f"{path}: the tensor '{key}' has offsets {offsets} that do not fit its shape or the file")
+        raw = np.fromfile(path, dtype="<u2", count=(end - begin) // 2, offset=start + begin)
+        result[key] = (raw.astype(np.uint32) << 16).view(np.float32).reshape(shape)
     return result
 
 
