@@ -127,6 +127,33 @@ def test_crowd_judge_estimates_from_a_share_of_the_expensive_judgements(
     np.testing.assert_allclose(table["rho_all"].to_numpy(), rho_all, atol=1e-9)
     assert f"{study.expensive.pairs:,} of {len(SENTENCES) * 3:,}" in stdout
     assert study.expensive.pairs < len(SENTENCES) * 3
+    # the cost of each judge, and of --verify: a fresh cache, so every judgement was a call
+    assert study.verification is not None
+    n = len(SENTENCES) * 3
+    assert (
+        f"expensive judge e5, the estimate: {study.expensive.pairs:,} judgements: {study.expensive.pairs:,} model calls"
+        in stdout
+    )
+    assert f"cheap judge minilm, every input: {n:,} judgements: {n:,} model calls, 0 from the cache" in stdout
+    made = n - study.expensive.pairs
+    assert (
+        f"expensive judge e5, --verify: {n:,} judgements: {made:,} model calls, {study.expensive.pairs:,} from the cache"
+        in stdout
+    )
+
+
+def test_help_says_which_judge_is_which_and_what_a_batch_is(capfd: pytest.CaptureFixture[str]) -> None:
+    code, stdout, _ = run(["label", "--help"], capfd)
+    assert code == 0
+    text = " ".join(stdout.split())
+    assert "inputs per model call" not in text
+    assert "the LLM judges run their own fixed batches of 16, so their results do not depend on it" in text
+    code, stdout, _ = run(["crowd", "judge", "--help"], capfd)
+    assert code == 0
+    text = " ".join(stdout.split())
+    assert "--judge JUDGE the expensive judge, which labels only the drawn inputs" in text
+    assert "--cheap JUDGE the cheap judge, which labels every input" in text
+    assert "--seed N the seed of the draws and the interval (default 0)" in text
 
 
 def _closed_port() -> int:
@@ -159,8 +186,52 @@ def test_bad_input_is_one_line_and_nothing_is_written(
     code, _, err = run(["label", files["inputs"], empty, "--judge", "minilm", "--out", out], capfd)
     assert_one_line_error(code, err, 2, "empty")
 
+    blank = tmp_path / "blank.txt"
+    blank.write_text("A goal.\n\nA fire.\n", encoding="utf-8")
+    code, _, err = run(["label", blank, files["explanations"], "--judge", "minilm", "--out", out], capfd)
+    assert_one_line_error(code, err, 2, "blank.txt has a blank line (line 2)")
+
     images = tmp_path / "images.npy"
     np.save(images, np.zeros((2, 8, 8, 3), dtype=np.uint8))
     code, _, err = run(["label", images, files["explanations"], "--judge", "minilm", "--out", out], capfd)
     assert_one_line_error(code, err, 2, "reads texts")
     assert not out.exists()
+
+
+def test_calibration_files(files: dict[str, Path], tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """`calibrate` fits a calibration and takes none; `label --calibration` reads one, and a file that is not
+    one is a line on stderr."""
+    out = tmp_path / "out.parquet"
+    labels = tmp_path / "labels.npy"
+    np.save(labels, np.zeros((len(SENTENCES), len(EXPLANATIONS))))
+    fit = tmp_path / "fit.json"
+    fit.write_text('{"a": 2.0, "b": 0.1}')
+    argv = [
+        "calibrate",
+        files["inputs"],
+        files["explanations"],
+        labels,
+        "--judge",
+        "minilm",
+        "--out",
+        tmp_path / "c.json",
+    ]
+    code, _, err = run([*argv, "--calibration", fit], capfd)
+    assert_one_line_error(code, err, 2, "unrecognized arguments: --calibration")
+    assert not (tmp_path / "c.json").exists()
+    common = ["label", files["inputs"], files["explanations"], "--judge", "minilm", "--out", out]
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)
+    for bad, fragment in (
+        (deep, "nests deeper"),
+        (tmp_path / "missing.json", "cannot read"),
+        (fit.with_name("words.json"), "not a calibration"),
+        (fit.with_name("negative.json"), "slope a must be positive"),
+    ):
+        if bad.name == "words.json":
+            bad.write_text('{"a": "steep", "b": 0}')
+        if bad.name == "negative.json":
+            bad.write_text('{"a": -1, "b": 0}')
+        code, _, err = run([*common, "--calibration", bad], capfd)
+        assert_one_line_error(code, err, 2, str(bad), fragment)
+        assert not out.exists()

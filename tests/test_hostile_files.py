@@ -517,6 +517,41 @@ def test_an_output_that_cannot_be_written_is_exit_1_before_any_work(
     assert sorted(tmp_path.iterdir()) == [results]  # nothing written beside
 
 
+CACHE_COMMANDS = {
+    "label": ["label", "{texts}", "{explanations}", "--judge", "minilm", "--out", "{rw}/l.parquet"],
+    "calibrate": ["calibrate", "{texts}", "{explanations}", "{y}", "--judge", "minilm", "--out", "{rw}/c.json"],
+    "compare": ["compare", "{acts}", "{explanations_table}", "--judge", "minilm", "--inputs", "{texts}",
+                "--out", "{rw}/cmp"],
+    "crowd judge": ["crowd", "judge", "{acts}", "{texts}", "{explanations}", "--pairs", "{pairs}", "--judge",
+                    "minilm", "--budget", "4", "--out", "{rw}/j.csv"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", list(CACHE_COMMANDS))
+def test_a_judgement_cache_that_cannot_be_written_is_exit_1(
+    command: str, read_only: Path, inputs: dict[str, Path], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The cache (SQLite and its companions) is written beside itself: a read-only folder is an I/O
+    failure, as an output's is, and no model is loaded for it."""
+    given = tmp_path.parent / f"{tmp_path.name}-inputs"
+    given.mkdir()
+    (given / "texts.txt").write_text("a dog\na cat\n")
+    (given / "explanations.txt").write_text("dogs\n")
+    np.save(given / "y.npy", np.array([[1.0], [0.0]]))
+    np.save(given / "acts.npy", np.array([[0.5, 1.0, 0.0], [0.1, -1.0, 2.0]]))
+    pl.DataFrame({"unit": [0], "concept": [0]}).write_csv(given / "pairs.csv")
+    words = {"{rw}": str(tmp_path), "{explanations_table}": str(inputs / "explanations.csv")}
+    words |= {f"{{{p.stem}}}": str(p) for p in [*inputs.iterdir(), *given.iterdir()]}
+    argv = []
+    for a in [*CACHE_COMMANDS[command], "--cache", f"{read_only}/cache.sqlite"]:
+        for key, value in words.items():
+            a = a.replace(key, value)
+        argv.append(a)
+    code, out, err = run(argv, capfd)
+    assert_one_line_error(code, err, 1, "is not writable", str(read_only))
+    assert list(tmp_path.iterdir()) == []
+
+
 # --------------------------------------------------------------------------- Ctrl-C at once
 
 

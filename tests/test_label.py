@@ -163,6 +163,60 @@ def test_cache_bad_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert lb.default_cache_path() == tmp_path / "xdg" / "neuroneval" / "judgements.sqlite"
 
 
+def damaged_cache(path: Path, score: Any, *, schema: str | None = None) -> str:
+    """A cache whose one row holds `score` as written by something else (plain sqlite3, or another schema
+    that lets a NULL in); its key."""
+    if schema is not None:
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            db.execute(schema)
+    with lb.LabelCache(path) as cache:
+        cache.put(["k-damaged"], [1.0], [3], judge="j")
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE judgements SET score = ? WHERE key = 'k-damaged'", (score,))
+    return "k-damaged"
+
+
+@pytest.mark.parametrize(
+    "score, shown",
+    [("abc", "'abc'"), (None, "None"), (float("inf"), "inf"), (float("-inf"), "-inf"), (b"\x00\x01", "b'")],
+    ids=["text", "null", "+inf", "-inf", "blob"],
+)
+def test_cache_rows_that_are_not_finite_scores_are_named(score: Any, shown: str, tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    schema = None
+    if score is None:  # the cache's own table refuses NULL: a table made by another schema lets it in
+        schema = "CREATE TABLE judgements (key TEXT PRIMARY KEY, judge TEXT, score REAL, tokens INTEGER, made REAL)"
+    key = damaged_cache(path, score, schema=schema)
+    with lb.LabelCache(path) as cache:
+        with pytest.raises(SourceError) as info:
+            cache.get([key, "other"])
+    message = str(info.value)
+    assert str(path) in message and key in message and shown in message and "not a finite number" in message
+
+
+def test_damaged_cache_row_stops_a_label_run(mini: lb.MiniLMJudge, tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    lb.label(mini, ["a goal", "a fire"], ["sports"], cache=path)
+    key = mini.key("sports", mini.input_digest("a fire"))
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE judgements SET score = 'Infinity' WHERE key = ?", (key,))  # text, not a number
+        assert db.execute("SELECT typeof(score) FROM judgements WHERE key = ?", (key,)).fetchone() == ("text",)
+    with pytest.raises(SourceError, match=key):
+        lb.label(mini, ["a goal", "a fire"], ["sports"], cache=path)
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE judgements SET score = 9e999 WHERE key = ?", (key,))  # +inf: was probability 1
+    with pytest.raises(SourceError, match="inf"):
+        lb.label(mini, ["a goal", "a fire"], ["sports"], cache=path)
+
+
+def test_cache_refuses_to_store_non_finite_scores(tmp_path: Path) -> None:
+    with lb.LabelCache(tmp_path / "c.sqlite") as cache:
+        for bad in (np.inf, -np.inf, np.nan):
+            with pytest.raises(ParameterError, match="finite"):
+                cache.put(["k1", "k2"], [0.5, bad], [1, 1], judge="j")
+        assert len(cache) == 0 and cache.calls() == 0
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The label driver and the cache
 # ----------------------------------------------------------------------------------------------------------------
@@ -749,6 +803,14 @@ def test_bad_inputs(mini: lb.MiniLMJudge, tmp_path: Path) -> None:
     holes.write_text("text\nhello\n\nworld\n")
     with pytest.raises(SourceError, match="empty 'text' at row 1"):  # a blank line is a missing text
         lb.read_inputs(holes)
+    spaces = tmp_path / "spaces.csv"
+    spaces.write_text('text\nhello\n"  "\n')
+    with pytest.raises(SourceError, match="empty 'text' at row 1"):
+        lb.read_inputs(spaces)
+    blank = tmp_path / "blank.txt"
+    blank.write_text("hello\n\nworld\n\n")  # a blank line inside; the trailing ones are the file's end
+    with pytest.raises(SourceError, match=r"blank.txt has a blank line \(line 2\)"):
+        lb.read_inputs(blank)
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
     with pytest.raises(EmptyInputError):

@@ -5,11 +5,13 @@ logprobs, unreachable endpoints, API keys), plus a real third-party server (`tra
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -29,6 +31,7 @@ pytest.importorskip("gguf")
 openai = pytest.importorskip("openai")
 pytest.importorskip("scipy")
 
+from judge_helpers import free_port, smollm2_judge  # noqa: E402
 from neuroneval import label as lb  # noqa: E402
 from neuroneval.label import llm  # noqa: E402
 from scipy.special import logsumexp  # noqa: E402
@@ -54,12 +57,7 @@ def one_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def j32() -> lb.LocalLLMJudge:
-    try:
-        judge = lb.smollm2()
-    except SourceError as e:
-        pytest.skip(f"SmolLM2 is not installed: {e}")
-    judge.prepare()
-    return judge
+    return smollm2_judge()
 
 
 @pytest.fixture(scope="module")
@@ -99,12 +97,6 @@ def reference_log_odds(judge: lb.LocalLLMJudge, explanation: str, text: str) -> 
     no = [x for x, w in zip(v, words, strict=True) if w == "no"]
     floor = min(v)
     return float(logsumexp(yes or [floor]) - logsumexp(no or [floor])), len(yes), len(no)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -227,6 +219,51 @@ def test_batch_size_does_not_change_float64_results(j64: lb.LocalLLMJudge) -> No
     assert max(diffs.values()) <= 1e-9, diffs
 
 
+def varied_texts(n: int) -> list[str]:
+    """`n` distinct texts of 3 to 16 words (so batches are padded to different widths)."""
+    words = "the match ended with a late goal and the crowd cheered while prices fell on the market after news".split()
+    return [" ".join(words[(i * 7) % len(words) :][: 3 + (i * 5) % 14]) + f" ({i})" for i in range(n)]
+
+
+def test_resume_with_any_batch_size_equals_a_fresh_run_bit_for_bit(j32: lb.LocalLLMJudge, tmp_path: Path) -> None:
+    """In float32 a score depends on the batch it ran in (a batch of other inputs moves it by ~1e-5); `label`
+    hands the judge the same fixed batches of 16 whatever its batch size or the cache holds, so a run with a
+    batch size that is not a multiple of 16, and a resumed run, equal a fresh one bit for bit."""
+    texts = varied_texts(40)
+    fresh = lb.label(j32, texts, EXPLANATIONS, batch_size=32)
+    # the effect being guarded against: the same inputs judged in another batch score differently
+    alone = np.concatenate([d.scores for d in j32.judge(EXPLANATIONS[0], texts[3:10])])
+    print(
+        f"\nmax |score in another batch - score in its fixed batch| = {np.abs(alone - fresh.scores[3:10, 0]).max():.3g}"
+    )
+    for b in (1, 7, 20):
+        assert np.array_equal(lb.label(j32, texts, EXPLANATIONS, batch_size=b).scores, fresh.scores), b
+    path = tmp_path / "c.sqlite"
+    lb.label(j32, texts, EXPLANATIONS, cache=path, batch_size=7)
+    gone = [(0, 3), (0, 17), (0, 18), (1, 33), (1, 39)]  # (explanation, input) pairs an interrupted run left
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.executemany(
+            "DELETE FROM judgements WHERE key = ?",
+            [(j32.key(EXPLANATIONS[c], j32.input_digest(texts[i])),) for c, i in gone],
+        )
+    resumed = lb.label(j32, texts, EXPLANATIONS, cache=path, batch_size=5)
+    assert (resumed.stats.calls, resumed.stats.hits) == (len(gone), 80 - len(gone))
+    assert np.array_equal(resumed.scores, fresh.scores)
+
+
+def test_a_full_cache_does_not_load_the_model(j32: lb.LocalLLMJudge, tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    first = lb.label(j32, TEXTS, EXPLANATIONS, cache=path)
+    assert first.stats.calls == len(TEXTS) * len(EXPLANATIONS)
+    fresh = lb.smollm2()  # the same judge, not loaded yet
+    assert not fresh.loaded
+    again = lb.label(fresh, TEXTS, EXPLANATIONS, cache=path, batch_size=3)
+    assert again.stats.calls == 0 and np.array_equal(again.scores, first.scores)
+    assert not fresh.loaded  # everything was cached: the model was never needed
+    partly = lb.label(fresh, [*TEXTS, "Rain today."], EXPLANATIONS, cache=path)
+    assert partly.stats.calls == len(EXPLANATIONS) and fresh.loaded
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # JudgeServer and EndpointJudge over HTTP
 # ----------------------------------------------------------------------------------------------------------------
@@ -300,8 +337,47 @@ def test_server_answers_what_the_judge_computes(j32: lb.LocalLLMJudge, serve: An
     with pytest.raises(openai.BadRequestError, match="messages"):
         client.chat.completions.create(model=server.model_name, messages=[], max_tokens=1)
     wrong = lb.EndpointJudge("gpt-4", base_url=server.url, max_retries=0)
-    with pytest.raises(SourceError, match="404"):
+    with pytest.raises(SourceError, match="does not serve the model 'gpt-4'; it serves 'smollm2'"):
         lb.label(wrong, TEXTS[:1], ["sports"])
+
+
+def test_endpoint_cache_key_is_the_model_not_the_address(
+    j32: lb.LocalLLMJudge, j64: lb.LocalLLMJudge, serve: Any, tmp_path: Path
+) -> None:
+    """The key is the model's name, the template and the fingerprint the server lists (its weights and dtype):
+    another port, or `localhost` for 127.0.0.1, is the same judge; other weights under the same name are not;
+    and a run that finds everything cached asks no server at all (the fingerprint last seen is recorded in the
+    cache, and trusted until a missing judgement makes the run ask the server)."""
+    path = tmp_path / "c.sqlite"
+    first_server = serve(j32)
+    first = lb.label(lb.EndpointJudge("smollm2", base_url=first_server.url), TEXTS, EXPLANATIONS, cache=path)
+    n, t = len(TEXTS) * len(EXPLANATIONS), len(EXPLANATIONS)
+    assert first.stats.calls == n
+    first_server.stop()
+    second_server = serve(j32)
+    assert second_server.url != first_server.url
+    elsewhere = second_server.url.replace("127.0.0.1", "localhost")
+    again = lb.label(lb.EndpointJudge("smollm2", base_url=elsewhere), TEXTS, EXPLANATIONS, cache=path)
+    assert again.stats.calls == 0 and np.array_equal(again.scores, first.scores)
+    assert second_server.requests == 0
+    # a missing judgement reaches the server, which reports the same fingerprint: only that one is made
+    more = lb.label(lb.EndpointJudge("smollm2", base_url=elsewhere), [*TEXTS, "Rain."], EXPLANATIONS, cache=path)
+    assert more.stats.calls == t and second_server.requests == t
+    second_server.stop()
+    # the same name over other weights (float64), asked because a judgement is missing: another fingerprint,
+    # so every judgement is made anew
+    texts = [*TEXTS, "Rain.", "Snow."]
+    wide_server = serve(j64)
+    wide = lb.label(lb.EndpointJudge("smollm2", base_url=wide_server.url), texts, EXPLANATIONS, cache=path)
+    assert wide.stats.calls == len(texts) * t == wide_server.requests
+    assert not np.array_equal(wide.scores[: len(TEXTS)], first.scores)
+    wide_server.stop()
+    # no server at all: the judgements of the fingerprint last seen (float64's) are read from the cache
+    nowhere = f"http://127.0.0.1:{free_port()}/v1"
+    offline = lb.label(lb.EndpointJudge("smollm2", base_url=nowhere), texts, EXPLANATIONS, cache=path)
+    assert offline.stats.calls == 0 and np.array_equal(offline.scores, wide.scores)
+    with lb.LabelCache(path) as cache:
+        assert len(cache) == n + t + len(texts) * t and cache.repeated_calls() == 0
 
 
 def test_busy_server_429s_are_retried(j32: lb.LocalLLMJudge, serve: Any) -> None:

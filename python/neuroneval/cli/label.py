@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -13,13 +14,17 @@ import numpy as np
 
 from neuroneval import label as judges
 from neuroneval.errors import ParameterError, SourceError
-from neuroneval.files import write_atomic
+from neuroneval.files import read_json, write_atomic
 from neuroneval.indices import read_pairs
+from neuroneval.label import server as judge_server
 from neuroneval.sources import open_activations
 
-from .common import count, output_file, positive_int, write_table
+from .common import checked, count, non_negative_int, output_file, positive_int, positive_number, write_table
 
-_JUDGE_HELP = "the judge: " + ", ".join(judges.judge_names())
+_JUDGES = ", ".join(judges.judge_names())
+_JUDGE_HELP = f"the judge: {_JUDGES}"
+port_number = checked(int, lambda v: 0 <= v <= 65535, "be a port number in 0..65535")
+price = checked(float, lambda v: math.isfinite(v) and v >= 0, "be a non-negative number")
 
 
 def add(commands: Any) -> None:
@@ -28,8 +33,16 @@ def add(commands: Any) -> None:
     _add_server(commands)
 
 
-def _add_judge_options(p: argparse.ArgumentParser, *, option: str = "--judge", default: str | None = None) -> None:
-    p.add_argument(option, required=default is None, default=default, metavar="JUDGE", help=_JUDGE_HELP)
+def _add_judge_options(
+    p: argparse.ArgumentParser,
+    *,
+    option: str = "--judge",
+    default: str | None = None,
+    judge_help: str = _JUDGE_HELP,
+    calibration: bool = True,
+) -> None:
+    """The judge and its options; `default` makes the judge optional (`compare` labels only with one)."""
+    p.add_argument(option, required=default is None, default=default, metavar="JUDGE", help=judge_help)
     p.add_argument("--base-url", metavar="URL", help="an openai:MODEL judge's endpoint (default $OPENAI_BASE_URL)")
     p.add_argument(
         "--api-key-env",
@@ -40,14 +53,15 @@ def _add_judge_options(p: argparse.ArgumentParser, *, option: str = "--judge", d
     p.add_argument("--concurrency", type=positive_int, default=8, metavar="N", help="requests in flight (default 8)")
     p.add_argument(
         "--price",
-        type=float,
+        type=price,
         default=0.0,
         metavar="PER_MILLION",
         help="the endpoint's price per million tokens, for the cost estimate (default 0)",
     )
     p.add_argument("--checkpoint", metavar="FILE", help="a clip:ARCHITECTURE judge's weights")
     p.add_argument("--device", default="cpu", help="where local models run (default cpu)")
-    p.add_argument("--calibration", metavar="FILE", help="a calibration (.json, from `neuroneval calibrate`)")
+    if calibration:
+        p.add_argument("--calibration", metavar="FILE", help="a calibration (.json, from `neuroneval calibrate`)")
 
 
 def _add_io(p: argparse.ArgumentParser) -> None:
@@ -70,7 +84,12 @@ def _add_io(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-cache", action="store_true", help="judge every pair, store nothing")
     p.add_argument(
-        "--batch-size", type=positive_int, default=32, metavar="N", help="inputs per model call (default 32)"
+        "--batch-size",
+        type=positive_int,
+        default=32,
+        metavar="N",
+        help="inputs handed to the judge at once, each batch stored in the cache as soon as it is judged (default 32); "
+        "the LLM judges run their own fixed batches of 16, so their results do not depend on it",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
 
@@ -106,7 +125,7 @@ def _add_calibrate(commands: Any) -> None:
         metavar="LABELS",
         help="0/1 labels: an (N, T) .npy, or a table of input, concept, label (absent pairs are 0)",
     )
-    _add_judge_options(p)
+    _add_judge_options(p, calibration=False)  # it fits the calibration: it takes none
     p.add_argument("--out", required=True, type=output_file(".json"), metavar="FILE", help="the calibration")
     p.set_defaults(command=run_calibrate, resumes=True)
 
@@ -118,17 +137,64 @@ def _add_server(commands: Any) -> None:
         description=(
             "Serve SmolLM2 (or a GGUF file / transformers directory given with --model) over HTTP as an "
             "OpenAI-compatible chat-completions endpoint that returns next-token log-probabilities, for "
-            "`neuroneval label --judge openai:NAME --base-url http://HOST:PORT/v1`."
+            "`neuroneval label --judge openai:NAME --base-url http://HOST:PORT/v1`. It runs on uvicorn and "
+            "starlette; the model judges one request at a time, and every request is bounded by the caps and "
+            "timeouts below."
         ),
     )
     p.add_argument("--model", metavar="PATH", help="a GGUF file or model directory (default: SmolLM2-135M-Instruct)")
     p.add_argument("--name", default="smollm2", help="the model's name at the endpoint (default smollm2)")
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="the port (default 8000; 0 picks a free one)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    p.add_argument("--max-waiting", type=int, metavar="N", help="answer 429 when N requests already wait")
+    p.add_argument(
+        "--port",
+        type=port_number,
+        default=8000,
+        metavar="N",
+        help="the port, 0..65535 (default 8000; 0 picks a free one)",
+    )
+    p.add_argument("--device", default="cpu", help="where the model runs (default cpu)")
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "float64"),
+        default="float32",
+        help="the model's precision (default float32; float64 is slower and batch-independent to 1e-12)",
+    )
+    p.add_argument(
+        "--max-waiting",
+        type=non_negative_int,
+        metavar="N",
+        help="answer 429 (with Retry-After) when N requests already wait for the model (default: no bound)",
+    )
     p.add_argument("--api-key-env", metavar="NAME", help="require the key in this environment variable")
+    p.add_argument(
+        "--max-body-bytes",
+        type=positive_int,
+        default=judge_server.MAX_BODY_BYTES,
+        metavar="N",
+        help=f"answer 413 to a larger request body (default {judge_server.MAX_BODY_BYTES:,})",
+    )
+    p.add_argument(
+        "--max-prompt-tokens",
+        type=positive_int,
+        default=judge_server.MAX_PROMPT_TOKENS,
+        metavar="N",
+        help=f"answer 400 to a longer prompt, counted after the chat template (default {judge_server.MAX_PROMPT_TOKENS:,})",
+    )
+    p.add_argument(
+        "--read-timeout",
+        type=positive_number,
+        default=judge_server.READ_TIMEOUT,
+        metavar="SECONDS",
+        help="seconds for a request's head after its first byte, and for its body after the head; a client "
+        f"slower than that is answered 408 or disconnected (default {judge_server.READ_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=positive_number,
+        default=judge_server.IDLE_TIMEOUT,
+        metavar="SECONDS",
+        help=f"seconds a connection may stay open with no request in progress (default {judge_server.IDLE_TIMEOUT:g})",
+    )
     p.set_defaults(command=run_server)
 
 
@@ -138,20 +204,40 @@ def add_crowd_judge(steps: Any) -> None:
         "judge",
         help="estimate correlations with an expensive judge's labels from a few of them (MG-IS)",
         description=(
-            "The crowd study with judges as raters: a cheap judge labels every input, its probabilities are "
-            "the concept model of an MG-IS plan, an expensive judge labels only the drawn inputs, and each "
-            "(unit, explanation) pair's correlation with the expensive judge's labels is estimated with an "
-            "interval. --verify also judges every input with the expensive judge and reports coverage."
+            "The crowd study with judges as raters: the cheap judge (--cheap) labels every input, its "
+            "probabilities are the concept model of an MG-IS plan, the expensive judge (--judge) labels only the "
+            "drawn inputs, and each (unit, explanation) pair's correlation with the expensive judge's labels is "
+            "estimated with an interval. --verify also judges every input with the expensive judge and reports "
+            "coverage. The cost of each judge, and of --verify, is printed after the run."
         ),
     )
     p.add_argument("activations", metavar="ACTIVATIONS", help="inputs x units, as ACTIVATIONS of `score`")
     _add_io(p)
     p.add_argument("--pairs", required=True, metavar="FILE", help="(unit, explanation) index pairs: a CSV unit,concept")
-    p.add_argument("--cheap", default="minilm", metavar="JUDGE", help="the cheap judge (default minilm)")
-    _add_judge_options(p)
-    p.add_argument("--budget", type=positive_int, required=True, metavar="N", help="expensive judgements per pair")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--verify", action="store_true", help="also judge every input and report coverage")
+    p.add_argument(
+        "--cheap",
+        default="minilm",
+        metavar="JUDGE",
+        help=f"the cheap judge, which labels every input to guide the draws (default minilm): {_JUDGES}",
+    )
+    _add_judge_options(
+        p,
+        judge_help=f"the expensive judge, which labels only the drawn inputs (the one whose labels are estimated; "
+        f"--calibration applies to it): {_JUDGES}",
+    )
+    p.add_argument(
+        "--budget", type=positive_int, required=True, metavar="N", help="expensive judgements drawn per pair"
+    )
+    p.add_argument(
+        "--seed",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="the seed of the draws and the interval (default 0)",
+    )
+    p.add_argument(
+        "--verify", action="store_true", help="also judge every input with the expensive judge and report coverage"
+    )
     p.add_argument("--out", required=True, type=output_file(".csv", ".parquet"), metavar="FILE", help="the estimates")
     p.set_defaults(command=run_crowd_judge, resumes=True)
 
@@ -163,11 +249,11 @@ def _judge(args: argparse.Namespace, spec: str | None = None) -> judges.Judge:
     """The judge of --judge (with --calibration), or the one `spec` names (uncalibrated)."""
     calibration = None
     if spec is None and getattr(args, "calibration", None):
-        path = Path(args.calibration)
+        value = read_json(args.calibration)
         try:
-            calibration = judges.Calibration.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError) as e:
-            raise SourceError(f"cannot read the calibration {path}: {e}") from e
+            calibration = judges.Calibration.from_dict(value)
+        except ValueError as e:
+            raise SourceError(f"{args.calibration} is not a calibration: {e}") from None
     return judges.make_judge(
         spec or args.judge,
         base_url=args.base_url,
@@ -239,7 +325,16 @@ def run_server(args: argparse.Namespace) -> int:
     path = Path(args.model) if args.model else judges.smollm2_path()
     judge = judges.LocalLLMJudge(path, name=args.name, device=args.device, dtype=args.dtype)
     server = judges.JudgeServer(
-        judge, host=args.host, port=args.port, model_name=args.name, max_waiting=args.max_waiting, api_key=api_key
+        judge,
+        host=args.host,
+        port=args.port,
+        model_name=args.name,
+        max_waiting=args.max_waiting,
+        api_key=api_key,
+        max_body_bytes=args.max_body_bytes,
+        max_prompt_tokens=args.max_prompt_tokens,
+        read_timeout=args.read_timeout,
+        idle_timeout=args.idle_timeout,
     )
     print(f"serving {args.name} ({path.name}) at {server.url}", flush=True)
     server.serve_forever()
@@ -269,13 +364,27 @@ def run_crowd_judge(args: argparse.Namespace) -> int:
     )
     write_table(study.table, args.out)
     if not args.quiet:
-        print(
-            f"{count(study.table.height, 'pair')}: {expensive.name} judged {study.expensive.pairs:,} of "
-            f"{study.n_inputs * study.explanations_used:,} (input, explanation) pairs "
-            f"({study.expensive_fraction:.1%}); {study.expensive.summary()}",
-            flush=True,
-        )
+        print(_crowd_summary(study, cheap.name, expensive.name), flush=True)
         if args.verify:
             print(f"intervals holding the all-input correlation: {study.coverage():.0%}", flush=True)
         print(f"wrote {args.out}", flush=True)
     return 0
+
+
+def _crowd_summary(study: judges.JudgedStudy, cheap: str, expensive: str) -> str:
+    """What `crowd judge` did and cost: the share the expensive judge judged, then each judge's
+    (and --verify's) judgements, model calls, cache hits, tokens and cost."""
+    lines = [
+        f"{count(study.table.height, 'pair')}: the expensive judge {expensive} judged {study.expensive.pairs:,} of "
+        f"{study.n_inputs * study.explanations_used:,} (input, explanation) pairs ({study.expensive_fraction:.1%})",
+        f"  expensive judge {expensive}, the estimate: {study.expensive.summary()}",
+        f"  cheap judge {cheap}, every input: {study.cheap.summary()}",
+    ]
+    parts = [study.expensive, study.cheap]
+    if study.verification is not None:
+        lines.append(f"  expensive judge {expensive}, --verify: {study.verification.summary()}")
+        parts.append(study.verification)
+    total = sum(s.cost for s in parts)
+    if total:
+        lines.append(f"  estimated cost in all: {total:.4f}")
+    return "\n".join(lines)

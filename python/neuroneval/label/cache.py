@@ -1,14 +1,18 @@
 """The judgement cache: every (judge, template, explanation, input) is paid for once.
 
 One SQLite file (WAL journal) holds the raw score and token count of every judgement, keyed by
-a SHA-256 digest of the judge's identity (name, version, model, template), the explanation and
-the input's content. Each batch of judgements is stored in one transaction as soon as the judge
-returns it, so a killed run loses at most the batch in flight and a rerun resumes where it
-stopped; several processes may label into the same cache at once (SQLite serialises their
-writes; a judgement two of them made is stored once).
+a SHA-256 digest of the judge's identity (`Judge.identity`: name, version, model fingerprint,
+template; never an endpoint's address), the explanation and the input's content. Each batch of
+judgements is stored in one transaction as soon as the judge returns it, so a killed run loses
+at most the batch in flight and a rerun resumes where it stopped; several processes may label
+into the same cache at once (SQLite serialises their writes; a judgement two of them made is
+stored once).
 
 Each stored batch also appends one row per judgement to the `calls` log, which is how a test
-(or an auditor) checks that no judgement was ever paid for twice.
+(or an auditor) checks that no judgement was ever paid for twice. The `fingerprints` table
+records the model fingerprint each endpoint judge last reported, so that a run whose judgements
+are all cached can find them without asking the endpoint. A stored score that is not a finite
+number (a file written by something else) is a `SourceError` naming the file and the row.
 
 Examples
 --------
@@ -24,6 +28,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 import time
@@ -33,7 +38,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from neuroneval.errors import OutputError, OutputWriteError, SourceError
+from neuroneval.errors import OutputError, OutputWriteError, ParameterError, SourceError
+from neuroneval.files import check_writable
 
 __all__ = ["LabelCache", "default_cache_path"]
 
@@ -50,6 +56,11 @@ CREATE TABLE IF NOT EXISTS calls (
     judge TEXT NOT NULL,
     made REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS fingerprints (
+    judge TEXT PRIMARY KEY,
+    fingerprint TEXT NOT NULL,
+    seen REAL NOT NULL
+) WITHOUT ROWID;
 """
 # SQLite caps the number of bound parameters of one statement.
 _CHUNK = 900
@@ -100,6 +111,11 @@ class LabelCache:
         self.path = Path(path) if path is not None else default_cache_path()
         if self.path.is_dir():
             raise OutputError(f"the judgement cache {self.path} is a directory; give a file path")
+        # SQLite writes the file and its -wal and -shm companions beside it: a folder or file it
+        # cannot write is an I/O failure (exit 1), not a damaged cache.
+        check_writable(self.path)
+        if self.path.exists() and not os.access(self.path, os.W_OK):
+            raise OutputWriteError(f"cannot write the judgement cache {self.path}: permission denied")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # isolation_level=None: transactions are ours (BEGIN IMMEDIATE ... COMMIT).
@@ -113,17 +129,50 @@ class LabelCache:
             raise OutputWriteError(f"cannot create the judgement cache {self.path}: {e}") from e
 
     def get(self, keys: Sequence[str]) -> dict[str, float]:
-        """The stored raw score of each of `keys` that is in the cache."""
+        """The stored raw score of each of `keys` that is in the cache.
+
+        Raises
+        ------
+        SourceError
+            A stored score is not a finite number (text, NULL, a blob, an infinity: a cache
+            written by something else), named with the cache file and the row.
+        """
         found: dict[str, float] = {}
         for start in range(0, len(keys), _CHUNK):
             chunk = list(keys[start : start + _CHUNK])
             marks = ",".join("?" * len(chunk))
             try:
-                rows = self._db.execute(f"SELECT key, score FROM judgements WHERE key IN ({marks})", chunk)
-                found.update((k, float(v)) for k, v in rows)
+                rows = self._db.execute(f"SELECT key, judge, score FROM judgements WHERE key IN ({marks})", chunk)
+                found.update((key, self._score(key, judge, score)) for key, judge, score in rows)
             except sqlite3.DatabaseError as e:
                 raise SourceError(f"cannot read the judgement cache {self.path}: {e}") from e
         return found
+
+    def _score(self, key: str, judge: object, score: object) -> float:
+        """A stored score, or a `SourceError` naming the file and the row when it is not a finite number."""
+        if isinstance(score, int | float) and not isinstance(score, bool) and math.isfinite(score):
+            return float(score)
+        raise SourceError(
+            f"the judgement cache {self.path} is damaged: the row with key {key} (judge {judge!r}) holds the score "
+            f"{score!r}, not a finite number; delete that row (or the file) and judge again"
+        )
+
+    def fingerprint(self, judge: str) -> str | None:
+        """The model fingerprint last recorded for `judge` (a judge's identity without its model),
+        or None (`remember_fingerprint`)."""
+        try:
+            row = self._db.execute("SELECT fingerprint FROM fingerprints WHERE judge = ?", (judge,)).fetchone()
+        except sqlite3.DatabaseError as e:
+            raise SourceError(f"cannot read the judgement cache {self.path}: {e}") from e
+        return None if row is None else str(row[0])
+
+    def remember_fingerprint(self, judge: str, fingerprint: str) -> None:
+        """Record the model fingerprint an endpoint reported for `judge`, so that a later run whose
+        judgements are all cached finds them without asking the endpoint."""
+        try:
+            self._db.execute("INSERT OR REPLACE INTO fingerprints VALUES (?, ?, ?)", (judge, fingerprint, time.time()))
+        except sqlite3.DatabaseError as e:
+            raise OutputWriteError(f"cannot write the judgement cache {self.path}: {e}") from e
 
     def put(
         self,
@@ -133,9 +182,12 @@ class LabelCache:
         *,
         judge: str,
     ) -> None:
-        """Store judgements (and log them as calls) in one transaction."""
+        """Store judgements (and log them as calls) in one transaction; non-finite scores are refused
+        (`ParameterError`)."""
         s = np.asarray(scores, dtype=np.float64)
         t = np.asarray(tokens, dtype=np.int64)
+        if not np.all(np.isfinite(s)):
+            raise ParameterError(f"judgements to store must have finite scores; got {s[~np.isfinite(s)][0]!r}")
         now = time.time()
         rows = [(k, judge, float(v), int(n), now) for k, v, n in zip(keys, s, t, strict=True)]
         try:

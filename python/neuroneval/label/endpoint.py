@@ -3,9 +3,15 @@ OpenAI-compatible chat-completions endpoint, with the official ``openai`` client
 
 Requests run `concurrency` at a time; the client retries 429 and 5xx answers and dropped
 connections with exponential backoff (`max_retries`). Before the first judgement the endpoint is
-asked for its model list, so an unreachable URL fails at once, naming the URL, before anything
-is written. A server that returns no log-probabilities is refused with a clear error: its
-answers cannot be turned into probabilities without parsing text.
+asked for its model list, so an unreachable URL, or a model it does not serve, fails at once,
+naming the URL, before anything is written. A server that returns no log-probabilities is
+refused with a clear error: its answers cannot be turned into probabilities without parsing text.
+
+The judge's identity in the cache is the model's name, the template and, where the endpoint
+reports one in its model list (as `JudgeServer` does), the model's ``fingerprint``; not the
+endpoint's address, so the same model behind another port or host name is the same judge. The
+fingerprint is learnt when the endpoint is asked, and recorded in the cache: a run whose
+judgements are all cached asks the endpoint nothing.
 
 Examples
 --------
@@ -55,7 +61,8 @@ class EndpointJudge(Judge):
         The user turn, with ``{explanation}`` and ``{input}``.
     """
 
-    version = "1"
+    version = "2"
+    learns_fingerprint = True
 
     def __init__(
         self,
@@ -91,6 +98,7 @@ class EndpointJudge(Judge):
         self._template = check_template(template)
         self._client: Any = None
         self._checked = False
+        self._fingerprint = ""
 
     @property
     def template(self) -> str:
@@ -98,7 +106,11 @@ class EndpointJudge(Judge):
 
     @property
     def model_fingerprint(self) -> str:
-        return f"{self.base_url}|{self.model}"
+        """The fingerprint the endpoint reported for the model ("" where it reports none)."""
+        return self._fingerprint
+
+    def assume_fingerprint(self, fingerprint: str) -> None:
+        self._fingerprint = fingerprint
 
     def _openai(self, *, retries: int | None = None, timeout: float | None = None) -> Any:
         try:
@@ -113,19 +125,28 @@ class EndpointJudge(Judge):
         )
 
     def prepare(self) -> None:
-        """Fail fast: the endpoint must answer its model list (one try, 10 s)."""
+        """Fail fast: the endpoint must answer its model list (one try, 10 s) and, where the list
+        is not empty, list the model; its fingerprint there, if any, becomes the judge's."""
         if self._checked:
             return
         import openai
 
         try:
-            self._openai(retries=0, timeout=min(10.0, self.timeout)).models.list()
+            listed = list(self._openai(retries=0, timeout=min(10.0, self.timeout)).models.list().data)
         except openai.APIConnectionError as e:
             raise SourceError(f"cannot reach the endpoint {self.base_url}: {e.__cause__ or e}") from e
         except openai.AuthenticationError as e:
             raise SourceError(f"the endpoint {self.base_url} refused the API key from ${self.api_key_env}: {e}") from e
         except openai.APIStatusError as e:
             raise SourceError(f"the endpoint {self.base_url} answered its model list with HTTP {e.status_code}") from e
+        entry = next((m for m in listed if getattr(m, "id", None) == self.model), None)
+        if listed and entry is None:
+            names = ", ".join(repr(getattr(m, "id", "?")) for m in listed[:10])
+            raise SourceError(
+                f"the endpoint {self.base_url} does not serve the model {self.model!r}; it serves {names}"
+            )
+        fingerprint = getattr(entry, "fingerprint", None)
+        self._fingerprint = fingerprint if isinstance(fingerprint, str) else ""
         self._checked = True
 
     def request(self, explanation: str, text: str) -> tuple[float, int]:

@@ -77,9 +77,10 @@ class Calibration:
         if not isinstance(value, dict) or set(value) - {"a", "b"} or not {"a", "b"} <= set(value):
             raise ParameterError(f"a calibration is an object with the numbers a and b; got {value!r}")
         try:
-            return cls(a=float(value["a"]), b=float(value["b"]))
+            a, b = float(value["a"]), float(value["b"])
         except (TypeError, ValueError) as e:
             raise ParameterError(f"a calibration's a and b must be numbers; got {value!r}") from e
+        return cls(a=a, b=b)
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,10 @@ class Judge(abc.ABC):
     version: str = "1"
     #: The kind of input it reads: "text" (a str per input) or "image" (an (H, W, 3) array).
     input_kind: str = "text"
+    #: Whether the judge learns its model's fingerprint only when it connects (an endpoint):
+    #: `label` then keys the cache on the fingerprint last recorded there (`assume_fingerprint`),
+    #: so that a run whose judgements are all cached needs no connection.
+    learns_fingerprint: bool = False
 
     def __init__(self, *, calibration: Calibration | None = None) -> None:
         if calibration is not None and not isinstance(calibration, Calibration):
@@ -151,6 +156,23 @@ class Judge(abc.ABC):
             {"judge": self.name, "version": self.version, "model": self.model_fingerprint, "template": self.template},
             sort_keys=True,
         )
+
+    @property
+    def base_identity(self) -> str:
+        """The identity without the model's fingerprint: what an endpoint's fingerprint is recorded under."""
+        return json.dumps({"judge": self.name, "version": self.version, "template": self.template}, sort_keys=True)
+
+    def assume_fingerprint(self, fingerprint: str) -> None:
+        """Take `fingerprint` as the model's until the judge connects (judges that learn theirs only)."""
+        return None
+
+    @property
+    def fixed_batch(self) -> int | None:
+        """How many inputs the judge's model runs at once when its scores depend on the batch (an LLM
+        in float32: padding and batch shapes change the sums), else None. `label` then hands it the
+        same batches, in input order, whatever its batch size or the cache holds, so that a resumed
+        run equals an uninterrupted one bit for bit."""
+        return None
 
     @property
     def probability_map(self) -> Calibration:

@@ -156,7 +156,10 @@ class LocalLLMJudge(Judge):
         "float32" (the default) or "float64" (slower; results then do not depend on how inputs
         are batched, to 1e-12).
     batch_size : int
-        Inputs per forward pass after the shared prefix.
+        Inputs per forward pass after the shared prefix. In float32 a score depends (by ~1e-5) on
+        the batch it ran in, so `label` always hands this judge the same batches of this many
+        inputs (`fixed_batch`): its results do not depend on `label`'s batch size or on what the
+        cache already holds.
     template : str
         The user turn, with ``{explanation}`` and ``{input}``.
     """
@@ -188,6 +191,7 @@ class LocalLLMJudge(Judge):
         self.batch_size = batch_size
         self._template = check_template(template)
         self._prefixes: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        self._loaded = False
 
     @property
     def template(self) -> str:
@@ -198,10 +202,23 @@ class LocalLLMJudge(Judge):
         size = self.path.stat().st_size if self.path.is_file() else 0
         return f"{self.path.name}:{size}:{self.dtype}"
 
+    @property
+    def fixed_batch(self) -> int:
+        return self.batch_size
+
+    @property
+    def loaded(self) -> bool:
+        """Whether this judge has loaded its model (`label` loads it only when a judgement is missing
+        from the cache)."""
+        return self._loaded
+
     def _model(self) -> tuple[Any, Any]:
         if self.path.is_file():
-            return _load_causal_lm(str(self.path.parent), self.path.name, self.device, self.dtype)
-        return _load_causal_lm(str(self.path), None, self.device, self.dtype)
+            found = _load_causal_lm(str(self.path.parent), self.path.name, self.device, self.dtype)
+        else:
+            found = _load_causal_lm(str(self.path), None, self.device, self.dtype)
+        self._loaded = True
+        return found
 
     @property
     def tokenizer(self) -> Any:

@@ -130,10 +130,14 @@ _TABLE_READERS = {
 
 
 def _text_lines(p: Path) -> list[str]:
-    """A text file's lines, trailing blank lines (a final newline) dropped."""
+    """A text file's lines, trailing blank lines (a final newline) dropped; a blank line before
+    them is a `SourceError` naming the file and the line (a judge cannot judge an empty text)."""
     lines = p.read_text(encoding="utf-8").splitlines()
     while lines and not lines[-1].strip():
         lines.pop()
+    blank = next((i for i, line in enumerate(lines) if not line.strip()), None)
+    if blank is not None:
+        raise SourceError(f"{p} has a blank line (line {blank + 1}); give one non-empty text per line")
     return lines
 
 
@@ -173,7 +177,7 @@ def read_inputs(path: str | os.PathLike[str], *, column: str = "text") -> list[A
             if column not in frame.columns:
                 raise SourceError(f"the inputs table {p} has no '{column}' column; it has {frame.columns}")
             values = frame[column].to_list()
-            missing = [i for i, v in enumerate(values) if v is None]
+            missing = [i for i, v in enumerate(values) if v is None or (isinstance(v, str) and not v.strip())]
             if missing:
                 raise SourceError(f"the inputs table {p} has an empty '{column}' at row {missing[0]}")
     except SourceError:
@@ -198,6 +202,10 @@ def label(
 ) -> Labels:
     """Every (input, explanation) judged once: cached judgements are read, the others made.
 
+    The cache is read first: the judge loads its model (or reaches its endpoint) only when a
+    judgement is missing, and a cache file is created only once the judge is ready, so a judge
+    that cannot start leaves no file behind.
+
     Parameters
     ----------
     judge : Judge
@@ -210,7 +218,9 @@ def label(
         Where judgements are stored and looked up; None labels without a cache (every
         judgement is made).
     batch_size : int
-        Inputs per model call for batched judges; each batch is stored as soon as it is made.
+        Inputs handed to the judge at once; each batch is stored as soon as it is judged. A
+        judge whose scores depend on their batch (`Judge.fixed_batch`: the LLM judges) is handed
+        its own fixed batches instead, so its results do not depend on this.
     progress : bool
         A bar on stderr while judging.
 
@@ -235,65 +245,124 @@ def label(
         raise ParameterError(f"batch_size must be a positive integer; got {batch_size!r}")
     values = judge.check_inputs(inputs)
     table = explanations_table(explanations)
-    concepts = table["concept"].to_list()
-    texts = table["explanation"].to_list()
-    judge.prepare()
-    owned = cache is not None and not isinstance(cache, LabelCache)
-    store: LabelCache | None = cache if isinstance(cache, LabelCache) else None if cache is None else LabelCache(cache)
-    n, t = len(values), len(texts)
-    scores = np.full((n, t), np.nan)
-    stats = LabelStats(pairs=n * t)
-    report = Progress(progress)
+    work = _Labelling(judge, values, table["explanation"].to_list())
+    path = None if cache is None or isinstance(cache, LabelCache) else Path(cache)
+    store = cache if isinstance(cache, LabelCache) else None
     try:
-        digests = [judge.input_digest(v) for v in values]
-        keys = [[judge.key(text, d) for d in digests] for text in texts]
-        missing: list[np.ndarray] = []
-        for c in range(t):
-            found = store.get(keys[c]) if store is not None else {}
-            if found:
-                for i, k in enumerate(keys[c]):
-                    if k in found:
-                        scores[i, c] = found[k]
-            missing.append(np.flatnonzero(np.isnan(scores[:, c])))
-        stats.hits = n * t - int(sum(m.size for m in missing))
-        with report.bar(f"judging ({judge.name})", total=n * t, initial=stats.hits, unit="pair") as bar:
-            for c, rows in enumerate(missing):
-                # Distinct inputs are judged once: a repeated text shares its row's judgement.
-                first: dict[str, int] = {}
-                for i in rows:
-                    first.setdefault(digests[i], int(i))
-                todo = np.array(sorted(first.values()), dtype=np.int64)
-                for start in range(0, todo.size, batch_size):
-                    batch = todo[start : start + batch_size]
-                    for done in judge.judge(texts[c], [values[i] for i in batch]):
-                        where = batch[done.positions]
-                        got = np.asarray(done.scores, dtype=np.float64)
-                        if not np.all(np.isfinite(got)):
-                            raise SourceError(f"the {judge.name} judge returned a non-finite score")
-                        scores[where, c] = got
-                        if store is not None:
-                            store.put([keys[c][i] for i in where], got, done.tokens, judge=judge.name)
-                        stats.calls += int(where.size)
-                        stats.tokens += int(np.sum(done.tokens))
-                        bar.update(int(where.size))
-                # Copies for the repeats.
-                for i in rows:
-                    scores[i, c] = scores[first[digests[i]], c]
-                bar.update(int(rows.size - todo.size))
-        stats.cost = judge_cost(judge, stats.tokens)
+        if path is not None and path.exists():
+            store = LabelCache(path)
+        work.look_up(store, connected=False)
+        if work.left():
+            judge.prepare()  # load the model, reach the endpoint: only for judgements to make
+            if path is not None and store is None:
+                store = LabelCache(path)
+            work.look_up(store, connected=True)
+            work.make(store, batch_size, Progress(progress))
     finally:
         judge.close()
-        if owned and store is not None:
+        if store is not None and store is not cache:
             store.close()
-    if np.isnan(scores).any():
-        raise ShapeError(f"the {judge.name} judge left some judgements unmade")
-    return Labels(
-        scores=scores,
-        probabilities=judge.probability_map.probability(scores),
-        concepts=concepts,
-        explanations=texts,
-        stats=stats,
-    )
+    return work.labels(table["concept"].to_list())
+
+
+class _Labelling:
+    """One `label` run: the keys, the scores found and made, and what it cost."""
+
+    def __init__(self, judge: Judge, values: list[Any], texts: list[str]) -> None:
+        self.judge, self.values, self.texts = judge, values, texts
+        self.digests = [judge.input_digest(v) for v in values]
+        # Distinct inputs are judged once: a repeated input shares its first occurrence's judgement.
+        self.first: dict[str, int] = {}
+        for i, d in enumerate(self.digests):
+            self.first.setdefault(d, i)
+        self.distinct = sorted(self.first.values())
+        self.scores = np.full((len(values), len(texts)), np.nan)
+        self.stats = LabelStats(pairs=len(values) * len(texts))
+        self.keys: list[list[str]] = []
+        self.identity = ""
+
+    def look_up(self, store: LabelCache | None, *, connected: bool) -> None:
+        """The cached scores, under the judge's keys (an endpoint's: under the fingerprint last
+        recorded in the cache until it is reached, then the one it reported, which is recorded)."""
+        judge = self.judge
+        if store is not None and judge.learns_fingerprint:
+            if connected:
+                store.remember_fingerprint(judge.base_identity, judge.model_fingerprint)
+            elif (seen := store.fingerprint(judge.base_identity)) is not None:
+                judge.assume_fingerprint(seen)
+        if judge.identity != self.identity:
+            self.identity = judge.identity
+            self.keys = [[judge.key(text, d) for d in self.digests] for text in self.texts]
+        self.scores[:] = np.nan
+        for c in range(len(self.texts)):
+            found = store.get(self.keys[c]) if store is not None else {}
+            for i, k in enumerate(self.keys[c]):
+                if k in found:
+                    self.scores[i, c] = found[k]
+        self.stats.hits = int(np.sum(~np.isnan(self.scores)))
+
+    def left(self) -> bool:
+        return bool(np.isnan(self.scores).any())
+
+    def make(self, store: LabelCache | None, batch_size: int, report: Progress) -> None:
+        """Judge what the cache does not hold, storing each batch as it is judged."""
+        judge = self.judge
+        with report.bar(f"judging ({judge.name})", total=self.scores.size, initial=self.stats.hits, unit="pair") as bar:
+            for c in range(len(self.texts)):
+                rows = np.flatnonzero(np.isnan(self.scores[:, c]))
+                for batch, keep in self._batches(rows, batch_size):
+                    self._judge(c, batch, keep, store, bar)
+                for i in rows:  # the repeats
+                    self.scores[i, c] = self.scores[self.first[self.digests[i]], c]
+                bar.update(int(rows.size - len({self.digests[i] for i in rows})))
+        self.stats.cost = judge_cost(judge, self.stats.tokens)
+
+    def _batches(self, rows: np.ndarray, batch_size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(inputs to judge, which of them to store) per batch: the distinct missing inputs in
+        batches of `batch_size`, or, for a judge with a `fixed_batch`, every fixed batch of the
+        distinct inputs that holds a missing one (its cached inputs are judged again and dropped,
+        so that each score comes from the batch an uninterrupted run gives it)."""
+        need = sorted({self.first[self.digests[i]] for i in rows})
+        size = self.judge.fixed_batch
+        if size is None:
+            spans = [np.array(need[s : s + batch_size], dtype=np.int64) for s in range(0, len(need), batch_size)]
+            return [(span, np.ones(span.size, dtype=bool)) for span in spans]
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ParameterError(f"the {self.judge.name} judge's fixed batch must be a positive integer; got {size!r}")
+        wanted = set(need)
+        groups = [self.distinct[s : s + size] for s in range(0, len(self.distinct), size)]
+        return [
+            (np.array(g, dtype=np.int64), np.array([i in wanted for i in g], dtype=bool))
+            for g in groups
+            if wanted.intersection(g)
+        ]
+
+    def _judge(self, c: int, batch: np.ndarray, keep: np.ndarray, store: LabelCache | None, bar: Any) -> None:
+        judge = self.judge
+        for done in judge.judge(self.texts[c], [self.values[i] for i in batch]):
+            got = np.asarray(done.scores, dtype=np.float64)
+            if not np.all(np.isfinite(got)):
+                raise SourceError(f"the {judge.name} judge returned a non-finite score")
+            kept = keep[done.positions]
+            where = batch[done.positions][kept]
+            tokens = np.asarray(done.tokens, dtype=np.int64)[kept]
+            self.scores[where, c] = got[kept]
+            if store is not None and where.size:
+                store.put([self.keys[c][i] for i in where], got[kept], tokens, judge=judge.name)
+            self.stats.calls += int(where.size)
+            self.stats.tokens += int(np.sum(tokens))
+            bar.update(int(where.size))
+
+    def labels(self, concepts: list[str]) -> Labels:
+        if np.isnan(self.scores).any():
+            raise ShapeError(f"the {self.judge.name} judge left some judgements unmade")
+        return Labels(
+            scores=self.scores,
+            probabilities=self.judge.probability_map.probability(self.scores),
+            concepts=concepts,
+            explanations=self.texts,
+            stats=self.stats,
+        )
 
 
 def judge_cost(judge: Judge, tokens: int) -> float:

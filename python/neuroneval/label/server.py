@@ -3,16 +3,33 @@
 A team can run one judge model on one machine and point every `EndpointJudge` (or any OpenAI
 client) at it. It answers
 
-- ``GET /v1/models``: the one model it serves;
+- ``GET /v1/models``: the one model it serves, with its ``fingerprint`` (the weights file's name
+  and size and the dtype), which `EndpointJudge` keys its cache on;
 - ``POST /v1/chat/completions``: the chat template applied to the messages, and the next token's
   log-probabilities (``logprobs``, ``top_logprobs`` up to 20) with the most likely token as the
   answer; ``max_tokens`` beyond 1 is refused (it is a judge, not a chat server).
 
-Requests are served on threads and the model runs one request at a time; with `max_waiting`,
-a request that finds that many already waiting is answered 429 with ``Retry-After``, which
-clients back off on. With ``logprobs=False`` it behaves like the servers that do not return
-log-probabilities (their answers hold text only). With `api_key`, requests must carry it as a
-bearer token.
+The HTTP side is uvicorn (h11) serving a starlette app on one event loop; the model runs one
+request at a time on a thread of its own, so a slow or lying client never holds the model or
+another client. The edges are closed with a cap or a timeout each:
+
+- `max_waiting`: a request that finds that many already waiting for the model is answered 429
+  with ``Retry-After`` (and ``retry-after-ms``), which clients back off on;
+- `api_key`: requests must carry it as a bearer token, compared in constant time, and are
+  refused (401) before their body is read;
+- `max_body_bytes`: a larger body is refused (413) from its ``Content-Length`` or, when it is
+  sent in chunks, as soon as it grows past the cap;
+- `max_prompt_tokens`: a longer prompt (after the chat template) is refused (400, naming the cap);
+- `read_timeout`: a request's head must arrive within it of its first byte, and its body within
+  it of the head; a client that stalls or sends fewer bytes than it declared is answered 408 (or,
+  mid-head, disconnected);
+- `idle_timeout`: a connection with no request in progress is closed after this long;
+- a malformed request (a ``Content-Length`` that is not a number, a head over 16 KiB) is answered
+  400 by h11, and a body that is not JSON, or nests too deep, 400.
+
+With ``logprobs=False`` it behaves like the servers that do not return log-probabilities (their
+answers hold text only). uvicorn and starlette are imported when a server is made, so
+``import neuroneval.label`` does not need them.
 
 Examples
 --------
@@ -24,28 +41,200 @@ http://127.0.0.1:...
 
 from __future__ import annotations
 
-import json
+import asyncio
+import hmac
+import math
+import socket
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
-from neuroneval.errors import ParameterError
+from neuroneval.errors import ParameterError, SourceError
+from neuroneval.files import parse_json
 
 from .llm import TOP_LOGPROBS, LocalLLMJudge
 
-__all__ = ["JudgeServer"]
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+__all__ = ["IDLE_TIMEOUT", "MAX_BODY_BYTES", "MAX_PROMPT_TOKENS", "READ_TIMEOUT", "JudgeServer"]
+
+#: The largest request body read, in bytes (a judgement's prompt is a few KB of JSON).
+MAX_BODY_BYTES = 256 * 1024
+#: The longest prompt judged, in tokens after the chat template.
+MAX_PROMPT_TOKENS = 2048
+#: Seconds for a request's head to arrive after its first byte, and for its body after the head.
+READ_TIMEOUT = 10.0
+#: Seconds a connection may stay open with no request in progress.
+IDLE_TIMEOUT = 5.0
+#: Connections the kernel queues before the server accepts them (more with a larger `max_waiting`).
+BACKLOG = 2048
+#: Seconds `stop` waits for requests in progress before it cancels them.
+SHUTDOWN_SECONDS = 5
 
 
 class _Refusal(Exception):
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+    """An answer other than 200: its status, message, OpenAI error type, and whether the connection
+    closes after it (when the request's body was not read)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str = "invalid_request_error",
+        *,
+        close: bool = False,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
-        self.status, self.kind = status, kind
+        self.status, self.kind, self.close, self.headers = status, kind, close, dict(headers or {})
+
+    def response(self) -> Response:
+        headers = {"Retry-After": "1", "retry-after-ms": "50"} if self.status == 429 else {}
+        headers.update(self.headers)
+        if self.close:
+            headers["Connection"] = "close"
+        return _json({"error": {"message": str(self), "type": self.kind, "code": self.status}}, self.status, headers)
+
+
+def _json(payload: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    from starlette.responses import JSONResponse
+
+    return JSONResponse(payload, status_code=status, headers=headers)
+
+
+class _BearerKey:
+    """ASGI middleware: a request without the bearer key is answered 401 before its body is read;
+    the key is compared in constant time."""
+
+    def __init__(self, app: ASGIApp, key: str | None) -> None:
+        self.app = app
+        self.expected = None if key is None else b"Bearer " + key.encode("utf-8")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.expected is not None:
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                refusal = _Refusal(401, "a valid API key is needed", "authentication_error", close=True)
+                await refusal.response()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _protocol(read_timeout: float) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol with the two deadlines it lacks: a connection that sends nothing is
+    closed after the idle timeout (uvicorn arms that timer only after a response), and a request's
+    head must arrive within `read_timeout` of its first byte."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class DeadlineProtocol(H11Protocol):
+        _head_deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
+
+        def data_received(self, data: bytes) -> None:
+            cycle = self.cycle
+            super().data_received(data)
+            if self.cycle is not cycle:  # a request's head arrived
+                self._cancel_head_deadline()
+            elif self._head_deadline is None and (cycle is None or cycle.response_complete):
+                self._head_deadline = self.loop.call_later(read_timeout, self._head_late, cycle)
+
+        def _head_late(self, cycle: object) -> None:
+            self._head_deadline = None
+            if self.cycle is cycle and not self.transport.is_closing():
+                self.transport.close()
+
+        def _cancel_head_deadline(self) -> None:
+            if self._head_deadline is not None:
+                self._head_deadline.cancel()
+                self._head_deadline = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel_head_deadline()
+            super().connection_lost(exc)
+
+    return DeadlineProtocol
+
+
+def _listen(host: str, port: int, backlog: int) -> socket.socket:
+    """A socket listening on host:port, or a `ParameterError` naming the address."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(backlog)
+        except BaseException:
+            sock.close()
+            raise
+    except OSError as e:
+        reason = e.strerror or str(e)
+        raise ParameterError(
+            f"cannot listen on {where}: {reason}; choose another host or port (port 0 picks a free one)"
+        ) from None
+    return sock
+
+
+def _check_count(name: str, value: Any, low: int, high: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        span = f"in {low}..{high}" if high is not None else f"of at least {low}"
+        raise ParameterError(f"{name} must be an integer {span}; got {value!r}")
+
+
+def _check_seconds(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value) and value > 0):
+        raise ParameterError(f"{name} must be a positive number of seconds; got {value!r}")
 
 
 class JudgeServer:
-    """Serve `judge` over HTTP on `host`:`port` (0 picks a free port); see the module's docstring."""
+    """Serve `judge` over HTTP on `host`:`port`; see the module's docstring.
+
+    Parameters
+    ----------
+    judge : LocalLLMJudge
+        The model; loaded when the server is made.
+    host : str
+        The address to listen on.
+    port : int
+        0..65535; 0 picks a free port (`url` tells which).
+    model_name : str, optional
+        The model's name at the endpoint (default: the judge's name).
+    logprobs : bool
+        False answers without log-probabilities, as some servers do.
+    max_waiting : int, optional
+        Requests that may wait for the model (besides the one it runs) before more are answered
+        429; None waits without bound.
+    api_key : str, optional
+        The bearer token requests must carry.
+    max_body_bytes : int
+        The largest request body (413 beyond).
+    max_prompt_tokens : int
+        The longest prompt after the chat template (400 beyond).
+    read_timeout : float
+        Seconds for a request's head after its first byte, and for its body after the head.
+    idle_timeout : float
+        Seconds a connection may stay open with no request in progress.
+
+    Raises
+    ------
+    ParameterError
+        An option out of its range, or an address it cannot listen on (in use, not this
+        machine's), named.
+    """
 
     def __init__(
         self,
@@ -57,52 +246,104 @@ class JudgeServer:
         logprobs: bool = True,
         max_waiting: int | None = None,
         api_key: str | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        max_prompt_tokens: int = MAX_PROMPT_TOKENS,
+        read_timeout: float = READ_TIMEOUT,
+        idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
         if not isinstance(judge, LocalLLMJudge):
             raise ParameterError(f"a judge server serves a LocalLLMJudge; got {type(judge).__name__}")
-        if max_waiting is not None and (
-            isinstance(max_waiting, bool) or not isinstance(max_waiting, int) or max_waiting < 0
-        ):
-            raise ParameterError(f"max_waiting must be a non-negative integer or None; got {max_waiting!r}")
+        if max_waiting is not None:
+            _check_count("max_waiting", max_waiting, 0)
+        _check_count("port", port, 0, 65535)
+        _check_count("max_body_bytes", max_body_bytes, 1)
+        _check_count("max_prompt_tokens", max_prompt_tokens, 1)
+        _check_seconds("read_timeout", read_timeout)
+        _check_seconds("idle_timeout", idle_timeout)
         self.judge = judge
         self.model_name = model_name or judge.name
         self.logprobs = logprobs
         self.max_waiting = max_waiting
         self.api_key = api_key
+        self.max_body_bytes = max_body_bytes
+        self.max_prompt_tokens = max_prompt_tokens
+        self.read_timeout = float(read_timeout)
+        self.idle_timeout = float(idle_timeout)
         self.requests = 0
         self.refused = 0
-        self._lock = threading.Lock()
-        self._waiting = 0
-        self._count = threading.Lock()
-        judge.prepare()
-        self._http = ThreadingHTTPServer((host, port), self._handler())
-        self._http.daemon_threads = True
+        self._pending = 0  # requests past their checks, waiting for or in the model (event loop only)
+        self._backlog = max(BACKLOG, 2 * (max_waiting or 0))
+        self._socket = _listen(host, port, self._backlog)
+        shown = f"[{host}]" if ":" in host else host  # an IPv6 address, in a URL
+        self._url = f"http://{shown}:{self._socket.getsockname()[1]}/v1"
+        try:
+            self._server = self._uvicorn()
+            judge.prepare()
+        except BaseException:
+            self._socket.close()
+            raise
+        self._model = ThreadPoolExecutor(max_workers=1, thread_name_prefix="judge-model")
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
         """The API's root, for `EndpointJudge(base_url=...)`."""
-        host, port = self._http.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
+        return self._url
+
+    def _uvicorn(self) -> Any:
+        try:
+            import uvicorn
+
+            app = self._app()
+        except ImportError as e:
+            raise SourceError("the judge server needs uvicorn and starlette (pip install 'neuroneval[label]')") from e
+        config = uvicorn.Config(
+            app,
+            http=_protocol(self.read_timeout),
+            lifespan="off",
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            # uvicorn hands it to loop.call_later, which takes any number of seconds.
+            timeout_keep_alive=self.idle_timeout,  # type: ignore[arg-type]
+            timeout_graceful_shutdown=SHUTDOWN_SECONDS,
+            backlog=self._backlog,
+        )
+        return uvicorn.Server(config)
 
     def start(self) -> JudgeServer:
-        """Serve on a background thread."""
-        self._thread = threading.Thread(target=self._http.serve_forever, name="judge-server", daemon=True)
+        """Serve on a background thread (returns once the server accepts requests)."""
+        self._thread = threading.Thread(target=self._server.run, args=([self._socket],), name="judge-server")
+        self._thread.daemon = True
         self._thread.start()
+        deadline = time.monotonic() + 60
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise SourceError(f"the judge server at {self.url} did not start")
+            time.sleep(0.01)
         return self
 
     def serve_forever(self) -> None:
-        """Serve on this thread until interrupted."""
+        """Serve on this thread until interrupted (Ctrl-C stops it gracefully, then raises
+        KeyboardInterrupt)."""
         try:
-            self._http.serve_forever()
+            self._server.run([self._socket])
         finally:
-            self._http.server_close()
+            self._close()
 
     def stop(self) -> None:
-        self._http.shutdown()
-        self._http.server_close()
+        """Stop serving: requests in progress get `SHUTDOWN_SECONDS` to finish."""
+        self._server.should_exit = True
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=SHUTDOWN_SECONDS + 10)
+            self._thread = None
+        self._close()
+
+    def _close(self) -> None:
+        self._socket.close()
+        self._model.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> JudgeServer:
         return self.start()
@@ -112,10 +353,77 @@ class JudgeServer:
 
     # -- the API --------------------------------------------------------------------------------
 
-    def _models(self) -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "neuroneval"}]}
+    def _app(self) -> Any:
+        from starlette.applications import Starlette
+        from starlette.exceptions import HTTPException
+        from starlette.middleware import Middleware
+        from starlette.routing import Route
 
-    def _chat(self, body: Any) -> dict[str, Any]:
+        async def not_routed(request: Request, exc: Exception) -> Response:
+            status = exc.status_code if isinstance(exc, HTTPException) else 500
+            headers = exc.headers if isinstance(exc, HTTPException) else None
+            what = "no such route" if status == 404 else "not allowed"
+            kind = "not_found_error" if status == 404 else "invalid_request_error"
+            return _Refusal(status, f"{what}: {request.method} {request.url.path}", kind, headers=headers).response()
+
+        routes = [Route(path, self._list_models, methods=["GET"]) for path in ("/v1/models", "/models")]
+        routes += [
+            Route(path, self._complete, methods=["POST"]) for path in ("/v1/chat/completions", "/chat/completions")
+        ]
+        return Starlette(
+            routes=routes,
+            middleware=[Middleware(_BearerKey, key=self.api_key)],
+            exception_handlers={HTTPException: not_routed},
+        )
+
+    async def _list_models(self, request: Request) -> Response:
+        model = {
+            "id": self.model_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "neuroneval",
+            "fingerprint": self.judge.model_fingerprint,
+        }
+        return _json({"object": "list", "data": [model]})
+
+    async def _complete(self, request: Request) -> Response:
+        try:
+            raw = await self._read_body(request)
+            try:
+                body = self._checked(parse_json(raw, "the request body"))
+            except SourceError as e:
+                raise _Refusal(400, str(e)) from None
+            return _json(await self._judged(body))
+        except _Refusal as refusal:
+            return refusal.response()
+
+    async def _read_body(self, request: Request) -> bytes:
+        """The body, under the byte cap and the read timeout (413 and 408 close the connection)."""
+        from starlette.requests import ClientDisconnect
+
+        cap = self.max_body_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > cap:
+            raise _Refusal(413, f"the request body has {int(declared):,} bytes; at most {cap:,} are read", close=True)
+        chunks, size = [], 0
+        try:
+            async with asyncio.timeout(self.read_timeout):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > cap:
+                        raise _Refusal(
+                            413, f"the request body has over {cap:,} bytes; at most {cap:,} are read", close=True
+                        )
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise _Refusal(
+                408, f"the request body did not arrive within {self.read_timeout:g} s", "timeout_error", close=True
+            ) from None
+        except ClientDisconnect:
+            raise _Refusal(400, "the client disconnected before its body arrived", close=True) from None
+        return b"".join(chunks)
+
+    def _checked(self, body: Any) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise _Refusal(400, "the request body must be a JSON object")
         if body.get("model") != self.model_name:
@@ -134,109 +442,68 @@ class JudgeServer:
             )
         ):
             raise _Refusal(400, "messages must be a non-empty list of {role, content} objects with text content")
-        max_tokens = body.get("max_tokens", body.get("max_completion_tokens", 1))
-        if max_tokens != 1:
+        if body.get("max_tokens", body.get("max_completion_tokens", 1)) != 1:
             raise _Refusal(400, "this judge server answers one token (max_tokens must be 1)")
-        want = bool(body.get("logprobs")) and self.logprobs
         top_n = body.get("top_logprobs") or 0
-        if not isinstance(top_n, int) or not 0 <= top_n <= TOP_LOGPROBS:
+        if isinstance(top_n, bool) or not isinstance(top_n, int) or not 0 <= top_n <= TOP_LOGPROBS:
             raise _Refusal(400, f"top_logprobs must be an integer in 0..{TOP_LOGPROBS}")
-        tokenizer = self.judge.tokenizer
-        prompt = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-        ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
-        with self._count:
-            if self.max_waiting is not None and self._waiting >= self.max_waiting + 1:
-                self.refused += 1
-                raise _Refusal(429, "the judge is busy; retry later", "rate_limit_error")
-            self._waiting += 1
+        return body
+
+    async def _judged(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The answer, from the model's thread; 429 when `max_waiting` requests already wait."""
+        if self.max_waiting is not None and self._pending > self.max_waiting:
+            self.refused += 1
+            raise _Refusal(429, "the judge is busy; retry later", "rate_limit_error")
+        self._pending += 1
         try:
-            with self._lock:
-                top = self.judge.top_tokens([ids])[0]
+            return await asyncio.get_running_loop().run_in_executor(self._model, self._answer, body)
         finally:
-            with self._count:
-                self._waiting -= 1
+            self._pending -= 1
+
+    def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Runs on the model's thread: the prompt's tokens (under the cap), then the next token."""
+        tokenizer = self.judge.tokenizer
+        try:
+            prompt = tokenizer.apply_chat_template(body["messages"], tokenize=False, add_generation_prompt=True)
+            ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        except Exception as e:  # the template refused the messages
+            raise _Refusal(400, f"cannot apply the chat template to the messages: {e}") from None
+        if len(ids) > self.max_prompt_tokens:
+            raise _Refusal(
+                400,
+                f"the prompt has {len(ids):,} tokens; this server judges prompts of at most "
+                f"{self.max_prompt_tokens:,} tokens (max_prompt_tokens)",
+                "context_length_exceeded",
+            )
+        try:
+            top = self.judge.top_tokens([ids])[0]
+        except Exception as e:  # the model failed: the client sees a 500 and may retry
+            raise _Refusal(500, f"the judge failed: {e}", "server_error") from None
         self.requests += 1
-        answer = top[0][0]
+        return self._reply(body, ids, top)
+
+    def _reply(self, body: dict[str, Any], ids: list[int], top: list[tuple[str, float]]) -> dict[str, Any]:
         logprobs = None
-        if want:
+        if bool(body.get("logprobs")) and self.logprobs:
 
             def entry(token: str, logprob: float) -> dict[str, Any]:
                 return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
 
+            top_n = body.get("top_logprobs") or 0
             logprobs = {"content": [{**entry(*top[0]), "top_logprobs": [entry(t, v) for t, v in top[:top_n]]}]}
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.model_name,
+            "system_fingerprint": self.judge.model_fingerprint,
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": answer},
+                    "message": {"role": "assistant", "content": top[0][0]},
                     "logprobs": logprobs,
                     "finish_reason": "length",
                 }
             ],
             "usage": {"prompt_tokens": len(ids), "completion_tokens": 1, "total_tokens": len(ids) + 1},
         }
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # Small JSON replies: without TCP_NODELAY each waits ~40 ms for the client's delayed ACK.
-            disable_nagle_algorithm = True
-
-            def log_message(self, format: str, *args: Any) -> None:  # quiet
-                pass
-
-            def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-                data = json.dumps(payload).encode("utf-8")
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _refuse(self, e: _Refusal) -> None:
-                headers = {"Retry-After": "0.05"} if e.status == 429 else None
-                self._send(e.status, {"error": {"message": str(e), "type": e.kind, "code": e.status}}, headers)
-
-            def _authorised(self) -> bool:
-                if server.api_key is None:
-                    return True
-                if self.headers.get("Authorization") == f"Bearer {server.api_key}":
-                    return True
-                self._refuse(_Refusal(401, "a valid API key is needed", "authentication_error"))
-                return False
-
-            def do_GET(self) -> None:
-                if not self._authorised():
-                    return
-                if self.path.rstrip("/") in ("/v1/models", "/models"):
-                    self._send(200, server._models())
-                else:
-                    self._refuse(_Refusal(404, f"no such route: GET {self.path}", "not_found_error"))
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                if not self._authorised():
-                    return
-                if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
-                    self._refuse(_Refusal(404, f"no such route: POST {self.path}", "not_found_error"))
-                    return
-                try:
-                    body = json.loads(raw.decode("utf-8") or "null")
-                    self._send(200, server._chat(body))
-                except _Refusal as e:
-                    self._refuse(e)
-                except (ValueError, UnicodeDecodeError) as e:
-                    self._refuse(_Refusal(400, f"the request body is not JSON: {e}"))
-                except Exception as e:  # the model failed: the client sees a 500 and may retry
-                    self._refuse(_Refusal(500, f"the judge failed: {e}", "server_error"))
-
-        return Handler

@@ -53,6 +53,9 @@ class JudgedStudy:
         The expensive judge's cost for the estimate (the drawn inputs only).
     n_inputs : int
     explanations_used : int
+    verification : LabelStats or None
+        With ``verify=True``, the expensive judge's cost of judging every input (the drawn ones
+        come from the cache); else None.
     """
 
     table: pl.DataFrame
@@ -61,6 +64,7 @@ class JudgedStudy:
     expensive: LabelStats
     n_inputs: int
     explanations_used: int
+    verification: LabelStats | None = None
 
     @property
     def expensive_fraction(self) -> float:
@@ -186,8 +190,10 @@ def judged_correlations(
         result = crowd.estimate(
             plan, labels, estimator=estimator, level=level, self_normalised=estimator == "plug-in", seed=seed
         )
+        verification = None
         if verify:
             full = label(expensive, values, used_table, cache=store, batch_size=batch_size, progress=progress)
+            verification = full.stats
             column = {t: c for c, t in enumerate(used)}
             rho_all = [
                 float(np.corrcoef(a[:, k], full.probabilities[:, column[t]])[0, 1])
@@ -206,4 +212,5 @@ def judged_correlations(
         expensive=spent,
         n_inputs=len(values),
         explanations_used=len(used),
+        verification=verification,
     )
