@@ -24,10 +24,9 @@ from .common import (
     not_empty,
     open_fraction,
     output_dir,
-    positive_int,
     threads,
 )
-from .label import _add_judge_options, _cache, _judge
+from .label import _add_judge_options, _cache, _judge, add_judging_options
 
 RULES = (
     Needs((), ("--concepts", "--judge"), "give the concepts (--concepts FILE) or a judge to make them (--judge NAME)"),
@@ -122,12 +121,7 @@ def add(commands: Any) -> None:
     _add_judge_options(p, default="")
     p.set_defaults(judge=None)  # optional here: --concepts is the other source of concepts
     p.add_argument("--inputs", metavar="FILE", help="with --judge: the probing inputs, as INPUTS of `label`")
-    p.add_argument("--column", default="text", help="with --judge: the inputs table's text column (default text)")
-    p.add_argument("--cache", metavar="FILE", help="with --judge: the judgement cache (as for `label`)")
-    p.add_argument("--no-cache", action="store_true", help="with --judge: judge every pair, store nothing")
-    p.add_argument(
-        "--batch-size", type=positive_int, default=32, metavar="N", help="with --judge: inputs per model call"
-    )
+    add_judging_options(p, when="with --judge: ")
     add_threads(p)
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
     p.set_defaults(command=run)

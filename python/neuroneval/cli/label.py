@@ -64,6 +64,26 @@ def _add_judge_options(
         p.add_argument("--calibration", metavar="FILE", help="a calibration (.json, from `neuroneval calibrate`)")
 
 
+def add_judging_options(p: argparse.ArgumentParser, *, when: str = "") -> None:
+    """The options of how inputs are judged and kept (`label`'s, and `compare`'s `when` its --judge
+    is given): the inputs table's column, the cache, the batch size."""
+    p.add_argument("--column", default="text", help=f"{when}the inputs table's text column (default text)")
+    p.add_argument(
+        "--cache",
+        metavar="FILE",
+        help=f"{when}the judgement cache, a SQLite file (default $NEURONEVAL_CACHE or {judges.default_cache_path()})",
+    )
+    p.add_argument("--no-cache", action="store_true", help=f"{when}judge every pair, store nothing")
+    p.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=32,
+        metavar="N",
+        help=f"{when}inputs handed to the judge at once, each batch stored in the cache as soon as it is judged "
+        "(default 32); the LLM judges run their own fixed batches of 16, so their results do not depend on it",
+    )
+
+
 def _add_io(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "inputs",
@@ -76,21 +96,7 @@ def _add_io(p: argparse.ArgumentParser) -> None:
         help="the explanations: .csv/.parquet/.jsonl with an `explanation` column (named by `concept` or `unit`), "
         "or .txt (one per line)",
     )
-    p.add_argument("--column", default="text", help="the inputs table's text column (default text)")
-    p.add_argument(
-        "--cache",
-        metavar="FILE",
-        help=f"the judgement cache, a SQLite file (default $NEURONEVAL_CACHE or {judges.default_cache_path()})",
-    )
-    p.add_argument("--no-cache", action="store_true", help="judge every pair, store nothing")
-    p.add_argument(
-        "--batch-size",
-        type=positive_int,
-        default=32,
-        metavar="N",
-        help="inputs handed to the judge at once, each batch stored in the cache as soon as it is judged (default 32); "
-        "the LLM judges run their own fixed batches of 16, so their results do not depend on it",
-    )
+    add_judging_options(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
 
 
