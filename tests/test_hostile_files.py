@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 import pytest
 from cli_helpers import assert_one_line_error, run
+from fs_helpers import tmpfs
 from neuroneval import errors
 from neuroneval.cli.app import parser
 from neuroneval.cli.common import OutputPath
@@ -404,14 +405,9 @@ def read_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A folder this process cannot write into: a read-only tmpfs (root ignores permissions),
     else a folder without write permission."""
     mount = tmp_path_factory.mktemp("ro")
-    if os.geteuid() == 0 and shutil.which("mount"):
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)], capture_output=True)
-        if done.returncode != 0:
-            pytest.skip(f"cannot mount a read-only tmpfs here: {done.stderr.decode().strip()}")
-        try:
+    if os.geteuid() == 0:
+        with tmpfs(mount, "ro,size=1m"):
             yield mount
-        finally:
-            subprocess.run(["umount", "-l", str(mount)], check=False)
         return
     mount.chmod(0o555)
     try:

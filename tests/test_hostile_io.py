@@ -15,7 +15,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import numpy as np
 import polars as pl
 import pytest
 from cli_helpers import assert_one_line_error, run
+from fs_helpers import tmpfs
 from neuroneval import errors
 from neuroneval._evaluate import _BlockReader, partial_dir
 from neuroneval.files import output_lock
@@ -331,15 +331,8 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs (the machine must let the test mount one: root, and not forbidden)."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    if shutil.which("mount") is None or os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    with tmpfs(mount, "size=2m"):
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _fill(disk: Path, leave: int) -> Path:

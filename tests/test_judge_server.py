@@ -31,20 +31,11 @@ pytest.importorskip("starlette")
 openai = pytest.importorskip("openai")
 
 from cli_helpers import assert_one_line_error, run  # noqa: E402
-from judge_helpers import exchange, free_port, header_of, port_of, smollm2_judge, status_of  # noqa: E402
+from judge_helpers import exchange, free_port, header_of, one_thread, port_of, smollm2_judge, status_of  # noqa: E402, F401 (one_thread: torch on one thread here)
 from neuroneval import label as lb  # noqa: E402
 
 TEXTS = ["The striker scored twice in the final.", "Shares fell on Wall Street.", "Rain today.", "A late goal."]
 KEY = "s3cret-key"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """Torch on one thread: on this shared 2-CPU machine spinning OpenMP threads slow every forward pass."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

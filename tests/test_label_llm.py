@@ -31,7 +31,7 @@ pytest.importorskip("gguf")
 openai = pytest.importorskip("openai")
 pytest.importorskip("scipy")
 
-from judge_helpers import free_port, smollm2_judge  # noqa: E402
+from judge_helpers import free_port, one_thread, smollm2_judge  # noqa: E402, F401 (one_thread: torch on one thread here)
 from neuroneval import label as lb  # noqa: E402
 from neuroneval.label import llm  # noqa: E402
 from scipy.special import logsumexp  # noqa: E402
@@ -43,16 +43,6 @@ TEXTS = [
     "Ein Hund bellt 🐕 im Park, während die Sonne scheint und die Kinder spielen, lachen und rennen.",
 ]
 EXPLANATIONS = ["sports", "money {input} and {explanation}"]  # braces are text, not placeholders
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """Torch on one thread: on this shared 2-CPU machine two spinning OpenMP threads make each forward
-    pass several times slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

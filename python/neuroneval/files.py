@@ -43,6 +43,7 @@ __all__ = [
     "inside",
     "output_lock",
     "parse_json",
+    "read_bytes",
     "read_json",
     "remove_stale_temporaries",
     "write_atomic",
@@ -97,6 +98,12 @@ def read_json(path: str | os.PathLike[str], *, max_bytes: int = MAX_JSON_BYTES) 
     ...
     neuroneval.errors.SourceError: cannot read .../missing.json: No such file or directory
     """
+    return parse_json(read_bytes(path, max_bytes=max_bytes), str(Path(path)))
+
+
+def read_bytes(path: str | os.PathLike[str], *, max_bytes: int = MAX_JSON_BYTES) -> bytes:
+    """The bytes of a JSON file (whole, or JSON lines), read only when it holds at most
+    `max_bytes`: a `SourceError` naming it when it cannot be read or is larger."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -108,7 +115,7 @@ def read_json(path: str | os.PathLike[str], *, max_bytes: int = MAX_JSON_BYTES) 
         raise SourceError(f"cannot read {path}: {_reason(e)}") from None
     if len(data) > max_bytes:  # a file that grew, or a device without a size
         raise SourceError(f"{path} holds over {max_bytes:,} bytes; a JSON file may hold at most {max_bytes:,}")
-    return parse_json(data, str(path))
+    return data
 
 
 def inside(directory: str | os.PathLike[str], name: object, *, named_in: str | os.PathLike[str]) -> Path:

@@ -22,7 +22,6 @@ neuroneval.errors.SourceError: f.txt, example 0: activating must be true or fals
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import SourceError
-from ..files import MAX_JSON_BYTES, parse_json
+from ..files import parse_json
 
 __all__ = [
     "json_bool",
@@ -41,7 +40,6 @@ __all__ = [
     "json_number",
     "json_string",
     "json_string_list",
-    "read_bytes",
 ]
 
 
@@ -124,22 +122,6 @@ def json_float_list(value: Any, where: str, field: str) -> npt.NDArray[np.float6
         i = int(np.flatnonzero(bad)[0])
         raise SourceError(f"{where}: {field}[{i}] is {arr[i]}; the values must be finite")
     return arr
-
-
-def read_bytes(path: Path, *, max_bytes: int = MAX_JSON_BYTES) -> bytes:
-    """The bytes of a text file that holds JSON (whole or in lines); a `SourceError` naming it
-    when it cannot be read or is over `max_bytes`."""
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size > max_bytes:
-                raise SourceError(f"{path} holds {size:,} bytes; a JSON file may hold at most {max_bytes:,}")
-            data = f.read(max_bytes + 1)
-    except OSError as e:
-        raise SourceError(f"cannot read {path}: {e.strerror or e}") from None
-    if len(data) > max_bytes:
-        raise SourceError(f"{path} holds over {max_bytes:,} bytes; a JSON file may hold at most {max_bytes:,}")
-    return data
 
 
 def json_lines(data: bytes, path: Path) -> Iterator[tuple[str, Any]]:

@@ -73,8 +73,8 @@ import polars as pl
 from .._registry import PASSING_METRICS
 from .._score import compute
 from ..errors import ParameterError, ShapeError, SourceError
-from ..files import parse_json, read_json, write_atomic
-from ._fields import json_float_list, json_int, json_lines, json_string, json_string_list, read_bytes
+from ..files import parse_json, read_bytes, read_json, write_atomic
+from ._fields import json_float_list, json_int, json_lines, json_string, json_string_list
 
 __all__ = ["SimulationRecord", "read_scored_simulations", "simulation_scores", "write_scored_simulations"]
 
