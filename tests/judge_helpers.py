@@ -1,28 +1,15 @@
 """What the LLM-judge tests share: the real SmolLM2 judge (loaded once per process: transformers' loader is
-cached, so every module's fixture after the first costs nothing), torch on one thread, a free port, and raw
-HTTP exchanges."""
+cached, so every module's fixture after the first costs nothing), a free port, and raw HTTP exchanges (the
+fixtures `one_thread` and `judge_servers` are in conftest.py)."""
 
 from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
 
 import pytest
 from neuroneval import label as lb
 from neuroneval.errors import SourceError
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """Torch on one thread in every module that imports this fixture: on this shared 2-CPU
-    machine two spinning OpenMP threads make each forward pass several times slower."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def smollm2_judge() -> lb.LocalLLMJudge:

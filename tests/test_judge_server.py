@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +30,10 @@ pytest.importorskip("starlette")
 openai = pytest.importorskip("openai")
 
 from cli_helpers import assert_one_line_error, run  # noqa: E402
-from judge_helpers import exchange, free_port, header_of, one_thread, port_of, smollm2_judge, status_of  # noqa: E402, F401 (one_thread: torch on one thread here)
+from judge_helpers import exchange, free_port, header_of, port_of, smollm2_judge, status_of  # noqa: E402
 from neuroneval import label as lb  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread: see conftest.py
 
 TEXTS = ["The striker scored twice in the final.", "Shares fell on Wall Street.", "Rain today.", "A late goal."]
 KEY = "s3cret-key"
@@ -44,17 +45,9 @@ def judge() -> lb.LocalLLMJudge:
 
 
 @pytest.fixture
-def serve(judge: lb.LocalLLMJudge) -> Iterator[Any]:
-    servers: list[lb.JudgeServer] = []
-
-    def start(**options: Any) -> lb.JudgeServer:
-        server = lb.JudgeServer(judge, port=0, **options).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
+def serve(judge: lb.LocalLLMJudge, judge_servers: Any) -> Any:
+    """`serve(**options)`: a server of this module's judge (`judge_helpers.judge_servers`)."""
+    return lambda **options: judge_servers(judge, **options)
 
 
 def chat_body(text: str = TEXTS[0], **extra: Any) -> bytes:

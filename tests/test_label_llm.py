@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +30,12 @@ pytest.importorskip("gguf")
 openai = pytest.importorskip("openai")
 pytest.importorskip("scipy")
 
-from judge_helpers import free_port, one_thread, smollm2_judge  # noqa: E402, F401 (one_thread: torch on one thread here)
+from judge_helpers import free_port, smollm2_judge  # noqa: E402
 from neuroneval import label as lb  # noqa: E402
 from neuroneval.label import llm  # noqa: E402
 from scipy.special import logsumexp  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread: see conftest.py
 
 TEXTS = [
     "The striker scored twice in the final.",
@@ -259,26 +260,12 @@ def test_a_full_cache_does_not_load_the_model(j32: lb.LocalLLMJudge, tmp_path: P
 # ----------------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def serve() -> Iterator[Any]:
-    servers: list[lb.JudgeServer] = []
-
-    def start(judge: lb.LocalLLMJudge, **options: Any) -> lb.JudgeServer:
-        server = lb.JudgeServer(judge, port=0, **options).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
-
-
 @pytest.mark.parametrize("dtype, tolerance", [("float64", 1e-6), ("float32", 1e-4)])
 def test_endpoint_equals_in_process_judge(
-    dtype: str, tolerance: float, j32: lb.LocalLLMJudge, j64: lb.LocalLLMJudge, serve: Any, tmp_path: Path
+    dtype: str, tolerance: float, j32: lb.LocalLLMJudge, j64: lb.LocalLLMJudge, judge_servers: Any, tmp_path: Path
 ) -> None:
     judge = j32 if dtype == "float32" else j64
-    server = serve(judge)
+    server = judge_servers(judge)
     assert server.url.startswith("http://127.0.0.1:") and server.model_name == "smollm2"
     endpoint = lb.EndpointJudge(server.model_name, base_url=server.url, concurrency=3, price_per_million_tokens=2.5)
     remote = lb.label(endpoint, TEXTS, EXPLANATIONS, cache=tmp_path / "c.sqlite")
@@ -298,8 +285,8 @@ def test_endpoint_equals_in_process_judge(
     assert np.array_equal(again.scores, remote.scores)
 
 
-def test_server_answers_what_the_judge_computes(j32: lb.LocalLLMJudge, serve: Any) -> None:
-    server = serve(j32)
+def test_server_answers_what_the_judge_computes(j32: lb.LocalLLMJudge, judge_servers: Any) -> None:
+    server = judge_servers(j32)
     client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
     chat = lb.messages("sports", TEXTS[0])
     reply = client.chat.completions.create(
@@ -332,19 +319,19 @@ def test_server_answers_what_the_judge_computes(j32: lb.LocalLLMJudge, serve: An
 
 
 def test_endpoint_cache_key_is_the_model_not_the_address(
-    j32: lb.LocalLLMJudge, j64: lb.LocalLLMJudge, serve: Any, tmp_path: Path
+    j32: lb.LocalLLMJudge, j64: lb.LocalLLMJudge, judge_servers: Any, tmp_path: Path
 ) -> None:
     """The key is the model's name, the template and the fingerprint the server lists (its weights and dtype):
     another port, or `localhost` for 127.0.0.1, is the same judge; other weights under the same name are not;
     and a run that finds everything cached asks no server at all (the fingerprint last seen is recorded in the
     cache, and trusted until a missing judgement makes the run ask the server)."""
     path = tmp_path / "c.sqlite"
-    first_server = serve(j32)
+    first_server = judge_servers(j32)
     first = lb.label(lb.EndpointJudge("smollm2", base_url=first_server.url), TEXTS, EXPLANATIONS, cache=path)
     n, t = len(TEXTS) * len(EXPLANATIONS), len(EXPLANATIONS)
     assert first.stats.calls == n
     first_server.stop()
-    second_server = serve(j32)
+    second_server = judge_servers(j32)
     assert second_server.url != first_server.url
     elsewhere = second_server.url.replace("127.0.0.1", "localhost")
     again = lb.label(lb.EndpointJudge("smollm2", base_url=elsewhere), TEXTS, EXPLANATIONS, cache=path)
@@ -357,7 +344,7 @@ def test_endpoint_cache_key_is_the_model_not_the_address(
     # the same name over other weights (float64), asked because a judgement is missing: another fingerprint,
     # so every judgement is made anew
     texts = [*TEXTS, "Rain.", "Snow."]
-    wide_server = serve(j64)
+    wide_server = judge_servers(j64)
     wide = lb.label(lb.EndpointJudge("smollm2", base_url=wide_server.url), texts, EXPLANATIONS, cache=path)
     assert wide.stats.calls == len(texts) * t == wide_server.requests
     assert not np.array_equal(wide.scores[: len(TEXTS)], first.scores)
@@ -370,9 +357,9 @@ def test_endpoint_cache_key_is_the_model_not_the_address(
         assert len(cache) == n + t + len(texts) * t and cache.repeated_calls() == 0
 
 
-def test_busy_server_429s_are_retried(j32: lb.LocalLLMJudge, serve: Any) -> None:
+def test_busy_server_429s_are_retried(j32: lb.LocalLLMJudge, judge_servers: Any) -> None:
     texts = TEXTS + ["Rain today.", "Prices rose.", "The minister resigned.", "A goal in the last minute."]
-    server = serve(j32, max_waiting=0)
+    server = judge_servers(j32, max_waiting=0)
     endpoint = lb.EndpointJudge(server.model_name, base_url=server.url, concurrency=4, max_retries=100)
     remote = lb.label(endpoint, texts, ["sports"])
     local = lb.label(j32, texts, ["sports"])
@@ -383,9 +370,9 @@ def test_busy_server_429s_are_retried(j32: lb.LocalLLMJudge, serve: Any) -> None
 
 
 def test_server_without_logprobs_is_refused_and_nothing_is_stored(
-    j32: lb.LocalLLMJudge, serve: Any, tmp_path: Path
+    j32: lb.LocalLLMJudge, judge_servers: Any, tmp_path: Path
 ) -> None:
-    server = serve(j32, logprobs=False)
+    server = judge_servers(j32, logprobs=False)
     endpoint = lb.EndpointJudge(server.model_name, base_url=server.url, concurrency=2)
     path = tmp_path / "c.sqlite"
     with pytest.raises(SourceError, match="logprobs"):
@@ -440,8 +427,8 @@ def test_dropped_connections_fail_on_the_first_try(tmp_path: Path) -> None:
     assert not path.exists()
 
 
-def test_api_key(j32: lb.LocalLLMJudge, serve: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    server = serve(j32, api_key="s3cret")
+def test_api_key(j32: lb.LocalLLMJudge, judge_servers: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = judge_servers(j32, api_key="s3cret")
     endpoint = lb.EndpointJudge(server.model_name, base_url=server.url, api_key_env="NEURONEVAL_TEST_KEY")
     path = tmp_path / "c.sqlite"
     for key in ("wrong", None):  # a wrong key, and none (a placeholder is sent)
