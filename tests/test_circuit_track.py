@@ -31,6 +31,8 @@ from neuroneval.torch.circuits import (  # noqa: E402
     train_known_circuit_model,
 )
 
+pytestmark = pytest.mark.slow  # SmolLM2 and the digit-pair model trained and patched
+
 
 @pytest.fixture(scope="module")
 def known():

@@ -287,6 +287,7 @@ def test_pairs_interrupted_leaves_no_file(
 # --- threads, blocks, resume -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_threads_give_identical_files(files: dict[str, Path], tmp_path: Path) -> None:
     outputs = []
     for threads in (1, 2):
@@ -471,6 +472,7 @@ def test_version_and_help(capfd: pytest.CaptureFixture[str]) -> None:
 # --- errors --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_errors_in_subprocess(files: dict[str, Path], tmp_path: Path) -> None:
     missing = tmp_path / "nope.npy"
     proc = run_process(["score", missing, files["concepts"], "--out", files["out"]])
@@ -480,7 +482,7 @@ def test_errors_in_subprocess(files: dict[str, Path], tmp_path: Path) -> None:
     proc = run_process(["score", tmp_path / "garbage.npy", files["concepts"], "--out", files["out"]])
     assert_one_line_error(proc.returncode, proc.stderr, 2, "garbage.npy", "not a valid .npy")
     proc = run_process(["score", files["acts"], files["concepts"], "--out", files["out"], "--metrics", "auprc,nope"])
-    assert_one_line_error(proc.returncode, proc.stderr, 2, "unknown metric 'nope'")
+    assert_one_line_error(proc.returncode, proc.stderr, 2, 'unknown metric "nope"')
     proc = run_process([])  # no command: an argparse usage error, told in one line
     assert_one_line_error(proc.returncode, proc.stderr, 2, "required: COMMAND", "neuroneval --help")
     proc = run_process(["nosuch"])
@@ -507,7 +509,7 @@ def _truncated(path: Path) -> Path:
         ("garbage npy", ["garbage.npy", "not a valid .npy"]),
         ("truncated npy", ["truncated.npy", "truncated"]),
         ("garbage npz", ["garbage.npz", "scipy.sparse.save_npz"]),
-        ("unknown metric", ["unknown metric 'f2'"]),
+        ("unknown metric", ['unknown metric "f2"']),
         ("no metric", ["no metric"]),
         ("alpha 0", ["alpha = 0"]),
         ("alpha 2", ["alpha = 2"]),

@@ -138,9 +138,10 @@ def test_table_errors(tmp_path: Path, runs: tuple[Path, list[CircuitRun]], capfd
             ["--method names the unknown method 'acdc'", "random, eap, eap-ig-inputs, eap-ig-activations, exact"],
         ),
         (["--model", "smollm2", "--method", ","], ["--method is empty"]),
-        (["--model", "smollm2", "--ablation", "zero"], ["--ablation must be one of patching, mean; got 'zero'"]),
-        (["--model", "smollm2", "--n-score", "0"], ["--n-score must be a positive integer; got 0"]),
-        (["--model", "smollm2", "--seed", "-1"], ["--seed must be a non-negative integer; got -1"]),
+        (["--model", "smollm2", "--ablation", "zero"], ["--ablation", "invalid choice: 'zero'", "patching", "mean"]),
+        (["--model", "smollm2", "--n-score", "0"], ["invalid parameter n_score = 0: n_score must be an integer >= 1"]),
+        (["--model", "smollm2", "--seed", "-1"], ["invalid parameter seed = -1: seed must be an integer in [0, 2^64)"]),
+        (["--model", "digit-pair", "--train-steps", "2.5"], ["--train-steps", "invalid int value: '2.5'"]),
     ],
 )
 def test_run_argument_errors(
@@ -236,6 +237,7 @@ def test_run_passes_the_options_reports_progress_and_writes(
     importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None,
     reason="needs torch and transformers",
 )
+@pytest.mark.slow
 def test_run_on_the_digit_pair_model(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "dp"
     argv = ["circuits", "run", "--model", "digit-pair", "--task", "digit-pair", "--method", "random,eap,exact"]

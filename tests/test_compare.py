@@ -23,6 +23,7 @@ import scipy.stats
 from neuroneval.compare import (
     BASELINE_RANDOM,
     BASELINE_SHUFFLED,
+    COMPARE_OPTIONS,
     COMPARISON_FILES,
     DEFAULT_METRICS,
     EVAL_TYPE_ID,
@@ -460,13 +461,13 @@ def test_bad_input_is_refused(data: tuple[np.ndarray, pl.DataFrame, np.ndarray])
         (with_(explainer=[BASELINE_RANDOM] + t["explainer"][1:]), concepts, {}, ParameterError, "name of a baseline"),
         (table, concepts, {"metrics": ["correlation", "correlation"]}, ParameterError, "more than once"),
         (table, concepts, {"metrics": ["nope"]}, UnknownMetricError, "unknown metric"),
-        (table, concepts, {"alpha": 0.0}, ParameterError, "alpha"),
-        (table, concepts, {"n_boot": -1}, ParameterError, "n_boot"),
-        (table, concepts, {"confidence": 1.0}, ParameterError, "confidence"),
-        (table, concepts, {"seed": -1}, ParameterError, "seed"),
-        (table, concepts, {"baselines": "no"}, ParameterError, "baselines"),
         (table, concepts, {"unit_names": ["a"] * 3}, ShapeError, "unit_names has 3 entries"),
     ]
+    # each declared option (COMPARE_OPTIONS; its domain is tested in test_declared_options) is checked here:
+    # the value just past its domain, or one of another type
+    for name, option in COMPARE_OPTIONS.items():
+        bad = option.boundaries()[1][-1] if option.kind != "flag" else "no"
+        cases.append((table, concepts, {name: bad}, ParameterError, re.escape(f"invalid parameter {name} = ")))
     for tab, conc, kw, error, message in cases:
         with pytest.raises(error, match=message):
             compare(acts, tab, conc, **kw)

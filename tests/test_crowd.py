@@ -569,6 +569,7 @@ def replicated() -> dict[str, Any]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sampling", "self_normalised"), [("mgis", False), ("mgis", True), ("uniform", False)])
 def test_estimate_is_consistent_over_many_plans(
     replicated: dict[str, Any], sampling: str, self_normalised: bool

@@ -267,6 +267,7 @@ def test_composite_weighs_the_two_estimates_by_precision() -> None:
         crowd.estimate(p, both, estimator="composite", interval="bootstrap")
 
 
+@pytest.mark.slow
 def test_debiased_estimator_is_consistent_and_its_interval_covers() -> None:
     # Draws far fewer than the inputs: the interval is conditional on the shown inputs' labels,
     # which is the whole variance only while few inputs repeat.

@@ -22,6 +22,8 @@ from neuroneval.experiments import digits as demo  # noqa: E402
 from neuroneval.torch import capture  # noqa: E402
 from torch import nn  # noqa: E402
 
+pytestmark = pytest.mark.slow  # the digits demo trained end to end
+
 
 def tiny_model() -> nn.Sequential:
     torch.manual_seed(0)

@@ -18,6 +18,8 @@ from neuroneval.experiments import digits as demo  # noqa: E402
 from neuroneval.experiments import text  # noqa: E402
 from neuroneval.experiments import text_demo as demo_text  # noqa: E402
 
+pytestmark = pytest.mark.slow  # MiniLM's demo end to end
+
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:

@@ -29,6 +29,8 @@ from neuroneval._evaluate import partial_dir
 from neuroneval.sources import write_shards
 from polars.testing import assert_frame_equal
 
+pytestmark = pytest.mark.slow  # Ray clusters started
+
 ray = pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
 

@@ -377,6 +377,7 @@ def _check_unfinished(out: Path, parts: list[Path]) -> None:
         ]
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill(tmp_path: Path, big: dict[str, Any]) -> None:
     out = tmp_path / "scores.parquet"
     rc, _, parts = _interrupt(big, out, signal.SIGKILL)
@@ -395,6 +396,7 @@ def test_resume_after_sigkill(tmp_path: Path, big: dict[str, Any]) -> None:
         assert_same_table(rows, pl.read_parquet(io.BytesIO(finished[name])))
 
 
+@pytest.mark.slow
 def test_resume_after_sigint(tmp_path: Path, big: dict[str, Any]) -> None:
     out = tmp_path / "scores.parquet"
     rc, err, parts = _interrupt(big, out, signal.SIGINT)

@@ -334,6 +334,7 @@ def resume_namespace() -> Any:
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_is_identical_to_an_uninterrupted_run(
     tmp_path: Path, resume_namespace: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -551,6 +551,7 @@ def test_a_judgement_cache_that_cannot_be_written_is_exit_1(
 # --------------------------------------------------------------------------- Ctrl-C at once
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("delay", [0.05, 0.2, 0.4, 0.8, 1.5])
 def test_ctrl_c_in_a_commands_first_instant_is_one_line_and_exit_130(tmp_path: Path, delay: float) -> None:
     """The digits demo imports torch and trains for half a minute: Ctrl-C lands in its imports

@@ -110,6 +110,7 @@ except errors.OutputLockedError as e:
 """
 
 
+@pytest.mark.slow
 def test_two_runs_on_one_output(tmp_path: Path, files: dict[str, Path]) -> None:
     """20 races of two processes on one output: never a corrupt or wrong file; the loser fails
     at once (while the winner still runs), naming the winner's process."""
@@ -841,7 +842,7 @@ def test_narrow_float_tensors_widen_exactly(dtype: str) -> None:
 @pytest.mark.parametrize("names, fragment", [([1.5, 2.0, 3.0], "entry 0 is 1.5"), ([None, "b", "c"], "entry 0"),
                                             (b"abc", "sequence"), ([True, "b", "c"], "entry 0")])  # fmt: skip
 def test_unit_names_by_type(names: Any, fragment: str) -> None:
-    check(lambda: open_activations(np.ones((4, 3)), unit_names=names), errors.SourceError, fragment)
+    check(lambda: open_activations(np.ones((4, 3)), unit_names=names), errors.ParameterError, fragment)
 
 
 def test_keep_and_block_units_by_type() -> None:
@@ -905,8 +906,8 @@ def test_every_command_refuses_an_output_that_is_an_input(
 @pytest.mark.parametrize(
     "kw, cls, fragment",
     [
-        ({"unit_names": np.array("u")}, errors.SourceError, "unit_names must be a sequence"),
-        ({"concept_names": np.array(3)}, errors.SourceError, "concept_names must be a sequence"),
+        ({"unit_names": np.array("u")}, errors.ParameterError, "unit_names must be a sequence"),
+        ({"concept_names": np.array(3)}, errors.ParameterError, "concept_names must be a sequence"),
         ({"metrics": np.array("auprc")}, errors.UnknownMetricError, "metrics must be"),
         ({"metrics": 5}, errors.UnknownMetricError, "metrics must be"),
         ({"metrics": [["auprc"]]}, errors.UnknownMetricError, "unknown metric"),

@@ -35,7 +35,10 @@ from neuroneval import label as lb  # noqa: E402
 from neuroneval.label import llm  # noqa: E402
 from scipy.special import logsumexp  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread: see conftest.py
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.usefixtures("one_thread"),
+]  # SmolLM2 loaded and run; torch on one thread: see conftest.py
 
 TEXTS = [
     "The striker scored twice in the final.",

@@ -17,7 +17,9 @@ pytest.importorskip("gguf")
 from neuroneval import crowd, label  # noqa: E402
 from neuroneval.experiments import text  # noqa: E402
 
-N = 200
+pytestmark = pytest.mark.slow  # SmolLM2 judges a study
+
+N = 120
 EXPLANATIONS = ["sports", "crime", "fire", "the economy", "war"]
 
 
@@ -38,7 +40,7 @@ def test_an_llm_judge_in_the_raters_place(setting: tuple[list[str], np.ndarray],
     mz = (model - model.mean(0)) / model.std(0)
     r = az.T @ mz / N
     pairs = [(int(k), t) for t in range(len(EXPLANATIONS)) for k in np.argsort(-r[:, t])[:2]]
-    budget = 15
+    budget = 9
     study = label.judged_correlations(
         ffn, pairs, sentences, EXPLANATIONS, cheap=cheap, expensive=expensive, budget=budget, cache=cache, verify=True
     )

@@ -9,7 +9,9 @@
 
 from __future__ import annotations
 
+import inspect
 import math
+from collections.abc import Callable
 from typing import Any
 
 import neuroneval
@@ -18,6 +20,7 @@ import polars as pl
 import pytest
 from neuroneval import errors, meta
 from neuroneval.meta import ALPHA_GRID, LAMBDA_GRID, meta_auprc, meta_evaluate, ranking, split_units, tune
+from neuroneval.options import SCORE_OPTIONS, Option, Options
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.metrics import average_precision_score
 
@@ -149,9 +152,6 @@ def test_split_errors() -> None:
             split_units(n)
     with pytest.raises(errors.EmptyInputError):
         split_units(10.0)  # type: ignore[arg-type]
-    for frac in (0.0, 1.0, -0.1, 1.5):
-        with pytest.raises(errors.ParameterError):
-            split_units(10, frac)
     # Two units: one each way, whatever the fraction.
     for frac in (0.01, 0.99):
         val, test = split_units(2, frac)
@@ -393,6 +393,56 @@ def test_meta_evaluate_errors() -> None:
         meta_evaluate(a[:, :1], c, truth[:1], ["f1"])
     with pytest.raises(errors.UnknownMetricError):
         meta_evaluate(a, c, truth, ["nope"])
+
+
+def test_lam_goes_with_alpha_only() -> None:
+    a, c, truth = random_case(7)
+    rule = "lam is used only with alpha; without alpha, alpha and lambda are tuned together"
+    with pytest.raises(errors.ParameterError, match=f"^invalid parameter lam = 0.5: {rule}$"):
+        meta_evaluate(a, c, truth, ["wpmi"], lam=0.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every declared option is checked where it is taken (the values: its declaration's)
+# ---------------------------------------------------------------------------------------------
+
+_A, _C, _T = random_case(8, n=60, units=4, concepts=3)
+
+#: Each public function: a call on good data, and the groups that declare its keyword options.
+CALLS: dict[str, tuple[Callable[..., Any], list[Options]]] = {
+    "split_units": (lambda **kw: split_units(10, **kw), [meta.SPLIT_OPTIONS]),
+    "tune": (lambda **kw: tune(_A, _C, _T, ["f1"], **kw), [SCORE_OPTIONS]),
+    "meta_evaluate": (
+        lambda **kw: meta_evaluate(_A, _C, _T, ["f1"], **{"alpha": 0.1, **kw}),
+        [meta.TUNING_OPTIONS, meta.SPLIT_OPTIONS, SCORE_OPTIONS],
+    ),
+}
+
+
+def declared_keywords(function: Callable[..., Any], groups: list[Options]) -> list[Option]:
+    """The function's keyword options, each as the first group declares it; each defaults to None."""
+    merged: dict[str, Option] = {}
+    for group in groups:
+        for name, option in group.items():
+            merged.setdefault(name, option)
+    taken = [merged[p.name] for p in inspect.signature(function).parameters.values() if p.name in merged]
+    for option in taken:
+        assert inspect.signature(function).parameters[option.name].default is None, option.name
+    return taken
+
+
+@pytest.mark.parametrize("name", list(CALLS))
+def test_every_declared_option_is_checked_where_it_is_taken(name: str) -> None:
+    call, groups = CALLS[name]
+    options = declared_keywords(getattr(meta, name), groups)
+    assert options
+    for option in options:
+        for value in [*option.boundaries()[1], "1"]:
+            with pytest.raises(errors.ParameterError) as info:
+                call(**{option.name: value})
+            message = str(info.value)
+            assert message.startswith(f"invalid parameter {option.name} = "), (name, message)
+            assert message.endswith(option.rule) or f"{option.rule}, not a" in message, (name, message)
 
 
 # ---------------------------------------------------------------------------------------------

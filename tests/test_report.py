@@ -550,6 +550,7 @@ def _image_check(dom: str) -> dict[str, str]:
 @pytest.mark.skipif(
     _chromium() is None, reason="Chromium is not installed (apt-get install chromium; the Makefile installs it)"
 )
+@pytest.mark.slow
 def test_page_in_headless_chromium(results: Results, tmp_path: Path) -> None:
     page = report.write_report(results.directory, tmp_path / "report.html")
     shot = tmp_path / "screenshot.png"

@@ -19,6 +19,8 @@ from cli_helpers import run  # noqa: E402
 from neuroneval.experiments import sae_study  # noqa: E402
 from neuroneval.interop import read_saelens, write_saelens  # noqa: E402
 
+pytestmark = pytest.mark.slow  # an SAE trained, SmolLM2 explains and judges
+
 
 @pytest.fixture(autouse=True)
 def one_thread() -> None:

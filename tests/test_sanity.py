@@ -13,7 +13,9 @@
 
 from __future__ import annotations
 
+import inspect
 import math
+from collections.abc import Callable
 from typing import Any
 
 import matplotlib.image
@@ -21,8 +23,9 @@ import neuroneval
 import numpy as np
 import polars as pl
 import pytest
-from neuroneval import errors, sanity
+from neuroneval import errors, meta, sanity
 from neuroneval.meta import split_units, tune
+from neuroneval.options import SCORE_OPTIONS, Option, Options
 from numpy.testing import assert_allclose, assert_array_equal
 from scipy import stats
 
@@ -269,24 +272,61 @@ def test_perturbation_errors(kind: str) -> None:
             f(empty, 0)
     with pytest.raises(errors.ShapeError):
         f(np.zeros((2, 2, 2)), 0)
-    for seed in (-1, 1.5, True, "1"):
-        with pytest.raises(errors.ParameterError, match="seed"):
-            f(good, seed)
-
-
-def test_parameter_errors() -> None:
-    c = np.full((5, 2), 0.5)
-    for keep in (-0.01, 1.01, np.nan):
-        with pytest.raises(errors.ParameterError, match="keep"):
-            sanity.missing_labels(c, keep=keep)
-    for rate in (0.99, 0.0, -2.0, np.nan, np.inf):
-        with pytest.raises(errors.ParameterError, match="rate"):
-            sanity.extra_labels(c, rate=rate)
 
 
 def test_extra_rejects_bad_seed_on_full_columns() -> None:
     with pytest.raises(errors.ParameterError, match="seed"):
         sanity.extra_labels(np.ones((5, 2)), rate=2.0, seed=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every declared option is checked where it is taken (the values: its declaration's)
+# ---------------------------------------------------------------------------------------------
+
+_A = np.random.default_rng(0).random((60, 4))
+_C = (np.random.default_rng(1).random((60, 3)) < 0.3).astype(float)
+_T = np.array([0, 1, 2, 0])
+_RUN = [sanity.PERTURBATION_OPTIONS, sanity.DECREASE_OPTIONS]
+
+#: Each public function: a call on good data, and the groups that declare its keyword options.
+CALLS: dict[str, tuple[Callable[..., Any], list[Options]]] = {
+    "missing_labels": (lambda **kw: sanity.missing_labels(_C, **kw), [sanity.PERTURBATION_OPTIONS]),
+    "extra_labels": (lambda **kw: sanity.extra_labels(_C, **kw), [sanity.PERTURBATION_OPTIONS]),
+    "bootstrap_interval": (lambda **kw: sanity.bootstrap_interval(np.ones(5), **kw), [sanity.BOOTSTRAP_OPTIONS]),
+    "decrease_accuracy": (lambda **kw: sanity.decrease_accuracy("f1", _A, _C, _T, **kw), [SCORE_OPTIONS, *_RUN]),
+    "experimental": (
+        lambda **kw: sanity.experimental(_A, _C, _T, ["f1"], **{"alpha": 0.1, **kw}),
+        [meta.TUNING_OPTIONS, meta.SPLIT_OPTIONS, SCORE_OPTIONS, *_RUN, sanity.EXPERIMENTAL_OPTIONS],
+    ),
+    "theoretical": (lambda **kw: sanity.theoretical(["f1"], **kw), [sanity.THEORETICAL_OPTIONS, SCORE_OPTIONS, *_RUN]),
+}
+
+
+def declared_keywords(function: Callable[..., Any], groups: list[Options]) -> list[Option]:
+    """The function's keyword options, each as the first group declares it; each defaults to None."""
+    merged: dict[str, Option] = {}
+    for group in groups:
+        for name, option in group.items():
+            merged.setdefault(name, option)
+    taken = [merged[p.name] for p in inspect.signature(function).parameters.values() if p.name in merged]
+    for option in taken:
+        assert inspect.signature(function).parameters[option.name].default is None, option.name
+    return taken
+
+
+@pytest.mark.parametrize("name", list(CALLS))
+def test_every_declared_option_is_checked_where_it_is_taken(name: str) -> None:
+    call, groups = CALLS[name]
+    options = declared_keywords(getattr(sanity, name), groups)
+    assert options
+    for option in options:
+        wrong_type = 1 if option.kind == "text" else "1"
+        for value in [*option.boundaries()[1], wrong_type]:
+            with pytest.raises(errors.ParameterError) as info:
+                call(**{option.name: value})
+            message = str(info.value)
+            assert message.startswith(f"invalid parameter {option.name} = "), (name, message)
+            assert message.endswith(option.rule) or f"{option.rule}, not a" in message, (name, message)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -552,21 +592,19 @@ def test_theoretical_top_random_subsets(gamma: float, k: int) -> None:
 
 
 def test_theoretical_errors() -> None:
-    with pytest.raises(errors.ParameterError):
-        sanity.theoretical(["f1"], n=1)
-    with pytest.raises(errors.ParameterError):
-        sanity.theoretical(["f1"], n=1000, seeds=0)
     with pytest.raises(errors.EmptyInputError):
         sanity.theoretical(["f1"], n=1000, gammas=[])
-    for g in (0.0, 1.0, 0.0001, -0.1):  # 0.0001 gives no positive input at n = 1000
-        with pytest.raises(errors.ParameterError, match="gamma"):
+    for g in (0.0, 1.0, -0.1):
+        with pytest.raises(
+            errors.ParameterError, match=rf"^invalid parameter gammas = {g}: every gamma must lie in \(0, 1\)$"
+        ):
             sanity.theoretical(["f1"], n=1000, gammas=[g])
-    with pytest.raises(errors.ParameterError, match="keep"):
-        sanity.theoretical(["f1"], n=100_000, keep=1.5)
-    with pytest.raises(errors.ParameterError, match="rate"):
-        sanity.theoretical(["f1"], n=100_000, rate=0.5)
-    with pytest.raises(errors.ParameterError, match="k must"):
-        sanity.theoretical(["correlation_top_random"], n=100_000, k=0)
+    # Too few inputs for a gamma: the smallest n that gives it one positive input is named.
+    for n, g, need in ((1000, 0.0001, "10,000"), (9_999, 0.0001, "10,000"), (2, 0.3, "4"), (6, 0.1, "10")):
+        with pytest.raises(errors.ParameterError, match=rf"^invalid parameter n = {n}: n must be at least {need} for"):
+            sanity.theoretical(["f1"], n=n, gammas=[g])
+    assert sanity.theoretical(["f1"], n=10_000, gammas=[0.0001], seeds=3).records.height == 4
+    assert sanity.theoretical(["f1"], n=4, gammas=[0.3], seeds=3).records.height == 4
     with pytest.raises(errors.UnknownMetricError):
         sanity.theoretical(["nope"], n=100_000)
 
@@ -1015,10 +1053,10 @@ def test_bootstrap_interval_properties_and_errors() -> None:
         sanity.bootstrap_interval([1.0, 0.0, np.nan])
     with pytest.raises(errors.ShapeError):
         sanity.bootstrap_interval(np.zeros((2, 2, 2)))
-    for level in (0.0, 1.0, 1.5):
-        with pytest.raises(errors.ParameterError, match="level"):
-            sanity.bootstrap_interval(flags, level=level)
-    with pytest.raises(errors.ParameterError, match="resamples"):
+    # bootstrap_interval needs a resample; the experimental tests take 0 for no interval.
+    with pytest.raises(
+        errors.ParameterError, match="^invalid parameter resamples = 0: resamples must be an integer >= 1$"
+    ):
         sanity.bootstrap_interval(flags, resamples=0)
 
 
@@ -1045,10 +1083,11 @@ def test_experimental_intervals_resample_the_test_units() -> None:
     deltas = reference_deltas("f1", a, c, truth, np.arange(a.shape[1]), alpha=0.05, lam=1.0, seed=seed)
     flags = np.array([not math.isnan(d) and d < -1e-3 for d in deltas["missing"]], dtype=float)
     assert one.records["ci_low"][0] == pytest.approx(100 * reference_interval(flags, 0.9, 300, seed)[0], abs=1e-9)
-    with pytest.raises(errors.ParameterError, match="resamples"):
-        sanity.experimental(a, c, truth, names, alpha=0.05, resamples=-1)
-    with pytest.raises(errors.ParameterError, match="level"):
-        sanity.experimental(a, c, truth, names, alpha=0.05, level=1.0)
+    # Checked before any work: before the split and the tuning (were it not for alpha).
+    with pytest.raises(
+        errors.ParameterError, match="^invalid parameter resamples = -1: resamples must be an integer >= 0$"
+    ):
+        sanity.experimental(a, c, truth, names, resamples=-1)
 
 
 def test_experimental_reports_tied_alphas() -> None:

@@ -12,6 +12,8 @@ import pytest
 from neuroneval.errors import EmptyInputError, LabelError, NonFiniteError, ParameterError, ShapeError, SourceError
 from neuroneval.experiments import text
 
+pytestmark = pytest.mark.slow  # MiniLM loaded and run
+
 N_SENTENCES = 300
 
 

@@ -268,16 +268,22 @@ def check_sequence(values: Any, name: str) -> list[Any]:
 
 
 def check_names(names: Any, count: int, name: str) -> list[str] | None:
-    """Optional names of `count` columns: a sequence of str."""
+    """Optional names of `count` columns: the one check of unit and concept names given as a
+    sequence. Each entry is a str or an integer (written as text); anything else (a float,
+    None, a bool, a nested list) is refused rather than turned into text.
+
+    >>> check_names(["dog", 7], 2, "concept_names")
+    ['dog', '7']
+    """
     if names is None:
         return None
     listed = check_sequence(names, name)
-    wrong = [v for v in listed if not isinstance(v, str)]
-    if wrong:
-        raise ParameterError(f"{name} must hold str (one per column); found {wrong[0]!r}")
+    for i, v in enumerate(listed):
+        if not isinstance(v, (str, np.str_, int, np.integer)) or isinstance(v, (bool, np.bool_)):
+            raise ParameterError(f"{name} entry {i} is {reprlib.repr(v)}; names must be strings")
     if len(listed) != count:
         raise ShapeError(f"{name} has {len(listed)} entries for {count} columns")
-    return listed
+    return [str(v) for v in listed]
 
 
 def check_path(path: Any) -> Any:

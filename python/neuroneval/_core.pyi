@@ -8,11 +8,13 @@ __all__ = [
     "PreparedConcepts",
     "ScoreParams",
     "check_arguments",
+    "check_finite",
     "metric_facts",
     "metric_names",
     "num_threads",
     "prepare_concepts",
     "rank_statistic_columns",
+    "score_param_rules",
     "score_matrix",
     "score_pairs",
     "set_counting_ranks",
@@ -29,11 +31,11 @@ class ScoreParams:
 
     def __new__(
         cls,
-        alpha: float | None = 0.005,
-        lam: float | None = 1.0,
-        k: int | None = 25,
-        top_alpha: float | None = 0.002,
-        seed: int | None = 0,
+        alpha: float | None = None,
+        lam: float | None = None,
+        k: int | None = None,
+        top_alpha: float | None = None,
+        seed: int | None = None,
     ) -> ScoreParams: ...
     @property
     def alpha(self) -> float: ...
@@ -57,7 +59,8 @@ class PreparedConcepts:
     @property
     def shape(self) -> tuple[int, int]: ...
 
-def check_arguments(metrics: list[str], params: ScoreParams) -> None: ...
+def check_arguments(metrics: list[str], params: ScoreParams | None = None) -> None: ...
+def check_finite(activations: _Source, first_row: int = 0, first_column: int = 0) -> None: ...
 def prepare_concepts(concepts: _Source, metrics: list[str]) -> PreparedConcepts: ...
 def score_matrix(
     activations: _Source,
@@ -93,6 +96,7 @@ def rank_statistic_columns(
     scores: npt.NDArray[np.floating],
 ) -> npt.NDArray[np.float64]: ...
 def metric_names() -> list[str]: ...
+def score_param_rules() -> list[tuple[str, str, float, tuple[float, bool, float, bool], str, str]]: ...
 def metric_facts() -> list[tuple[str, bool, bool, bool, tuple[float, float] | None, bool, str]]: ...
 def num_threads() -> int: ...
 def set_counting_ranks(enabled: bool) -> None: ...

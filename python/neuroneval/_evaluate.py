@@ -56,9 +56,9 @@ import polars as pl
 
 from . import _core, _direct
 from ._coerce import check_integer
-from .errors import InvalidInputError, NonFiniteError, ParameterError, ResumeError, ShapeError, SourceError
+from .errors import InvalidInputError, ParameterError, ResumeError, ShapeError, SourceError
 from .files import check_output, output_lock, read_json, remove_stale_temporaries, write_atomic, writing
-from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, ScoreParams, metric_list
+from .params import ScoreParams, metric_list
 from .progress import Progress
 from .sources import Source, input_paths, open_activations, open_concepts
 
@@ -94,13 +94,13 @@ def evaluate(
     concepts: Any,
     metrics: str | Sequence[str] | None = None,
     *,
-    alpha: float = DEFAULT_ALPHA,
-    lam: float = 1.0,
-    k: int = 25,
-    top_alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
-    seed: int = 0,
+    alpha: float | None = None,
+    lam: float | None = None,
+    k: int | None = None,
+    top_alpha: float | None = None,
+    seed: int | None = None,
     out: str | os.PathLike[str] | None = None,
-    keep: Literal["all"] | int = "all",
+    keep: Literal["all"] | int | None = None,
     block_units: int | None = None,
     unit_names: Any = None,
     concept_names: Any = None,
@@ -119,9 +119,9 @@ def evaluate(
         As in `neuroneval.compute`.
     out : path, optional
         The parquet file to write. Without it the table is returned in memory.
-    keep : "all" or int
-        All pairs, or each unit's `keep` best concepts under the first metric (NaN last,
-        ties by concept order), with a `rank` column (1 = best).
+    keep : "all" or int, optional
+        All pairs (None or "all"), or each unit's `keep` best concepts under the first
+        metric (NaN last, ties by concept order), with a `rank` column (1 = best).
     block_units : int, optional
         Units per block; by default as many as fit in 256 MiB of activations.
     unit_names, concept_names
@@ -241,7 +241,7 @@ def plan_run(
     concepts: Any,
     metrics: str | Sequence[str] | None,
     params: ScoreParams,
-    keep: Literal["all"] | int,
+    keep: Literal["all"] | int | None,
     block_units: int | None,
     unit_names: Any,
     concept_names: Any,
@@ -250,6 +250,7 @@ def plan_run(
     every input error is raised here, before anything is written or submitted."""
     names = metric_list(metrics)
     _core.check_arguments(names, params)
+    keep = "all" if keep is None else keep
     top = _check_keep(keep)
     acts = open_activations(activations, unit_names=unit_names)
     conc = open_concepts(concepts, n_inputs=acts.n_rows, concept_names=concept_names)
@@ -310,8 +311,9 @@ def check_finite_rows(chunk: np.ndarray, first_row: int) -> None:
 
 
 def _raise_non_finite(row: int, column: int, value: float) -> None:
-    # The core's own wording for the same error (CoreError::NonFinite).
-    raise NonFiniteError(f"activations contains a non-finite value ({value}) at row {row}, column {column}")
+    # The core words the error (CoreError::NonFinite), for the value at its place in the whole matrix.
+    _core.check_finite(np.array([[value]]), row, column)
+    raise AssertionError(f"the core took {value} at ({row}, {column}) for a finite value")
 
 
 def score_block(

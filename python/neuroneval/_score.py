@@ -12,8 +12,8 @@ import polars as pl
 from . import _core
 from ._coerce import as_pairs
 from .errors import ShapeError
-from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, ScoreParams, metric_list
-from .sources import Source, open_activations, open_concepts
+from .params import ScoreParams, metric_list
+from .sources import Source, open_activations, open_concepts, read_names
 
 __all__ = ["compute", "score", "scores"]
 
@@ -25,11 +25,11 @@ def compute(
     concepts: Any,
     metrics: str | Sequence[str] | None = None,
     *,
-    alpha: float = DEFAULT_ALPHA,
-    lam: float = 1.0,
-    k: int = 25,
-    top_alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
-    seed: int = 0,
+    alpha: float | None = None,
+    lam: float | None = None,
+    k: int | None = None,
+    top_alpha: float | None = None,
+    seed: int | None = None,
     pairs: Any = None,
 ) -> dict[str, Array]:
     """Scores of each metric: a (K, T) float64 array, or (M,) for `pairs`.
@@ -46,12 +46,10 @@ def compute(
         `.csv` table of (input, concept, probability) rows.
     metrics : str or sequence of str, optional
         Names from `neuroneval.METRICS`; all of them when omitted.
-    alpha : float
-        Top-alpha fraction that binarises each unit (0 < alpha <= 1).
-    lam : float
-        wpmi's lambda (>= 0).
-    k, top_alpha, seed : int, float, int
-        Samples per half, top fraction and seed of the top-random metrics.
+    alpha, lam, k, top_alpha, seed : optional
+        The scoring parameters, declared in the core (`neuroneval.ScoreParams()` shows the
+        defaults, `neuroneval score --help` the defaults and domains); None stands for the
+        default.
     pairs : array_like, shape (M, 2), optional
         Score only these (unit, concept) index pairs.
 
@@ -104,11 +102,11 @@ def score(
     concepts: Any,
     metrics: str | Sequence[str] | None = None,
     *,
-    alpha: float = DEFAULT_ALPHA,
-    lam: float = 1.0,
-    k: int = 25,
-    top_alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
-    seed: int = 0,
+    alpha: float | None = None,
+    lam: float | None = None,
+    k: int | None = None,
+    top_alpha: float | None = None,
+    seed: int | None = None,
     unit_names: Sequence[str] | None = None,
     concept_names: Sequence[str] | None = None,
     pairs: Any = None,
@@ -129,11 +127,8 @@ def score(
     """
     acts, conc = _inputs(activations, concepts)
     n_units, n_concepts = acts.n_columns, conc.n_columns
-    for names, count, what in ((unit_names, n_units, "unit_names"), (concept_names, n_concepts, "concept_names")):
-        if names is not None and len(names) != count:
-            raise ShapeError(f"{what} has {len(names)} entries for {count} columns")
-    unit_names = acts.names if unit_names is None else unit_names
-    concept_names = conc.names if concept_names is None else concept_names
+    unit_names = read_names(unit_names, n_units, "unit_names") or acts.names
+    concept_names = read_names(concept_names, n_concepts, "concept_names") or conc.names
     pair_array = None if pairs is None else as_pairs(pairs)
     names = metric_list(metrics)
     params = ScoreParams(alpha=alpha, lam=lam, k=k, top_alpha=top_alpha, seed=seed)

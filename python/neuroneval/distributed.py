@@ -30,21 +30,32 @@ from pathlib import Path
 from typing import Any, Literal
 
 from . import _core, _evaluate
-from ._coerce import check_integer
 from ._evaluate import partial_dir
 from .errors import ParameterError, SourceError
 from .files import output_lock
-from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, ScoreParams
+from .options import Option, Options
+from .params import ScoreParams
 from .progress import Progress
 from .sources import Source, open_activations
 
-__all__ = ["evaluate", "DEFAULT_TASKS"]
+__all__ = ["evaluate", "DEFAULT_TASKS", "RAY_OPTIONS"]
 
 #: By default the units are split into at least this many tasks (fewer when K is smaller),
 #: each also bounded like `evaluate`'s blocks (256 MiB of activations).
 DEFAULT_TASKS = 16
-#: Retries of a task whose worker process died (or whose node was lost).
-DEFAULT_MAX_RETRIES = 3
+#: The options of a Ray run, beside `evaluate`'s.
+RAY_OPTIONS = Options(
+    Option("cpus_per_task", "integer", 1, "CPUs each task asks Ray for, and the core's threads in it", low=1),
+    Option("max_retries", "integer", 3, "retries of a task whose worker process died (or whose node was lost)", low=0),
+    Option(
+        "num_cpus",
+        "integer",
+        None,
+        "CPUs of a local Ray started for the run (none: the machine's)",
+        low=1,
+        optional=True,
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -74,14 +85,14 @@ def evaluate(
     address: str | None = None,
     units_per_task: int | None = None,
     num_cpus: int | None = None,
-    cpus_per_task: int = 1,
-    max_retries: int = DEFAULT_MAX_RETRIES,
-    alpha: float = DEFAULT_ALPHA,
-    lam: float = 1.0,
-    k: int = 25,
-    top_alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
-    seed: int = 0,
-    keep: Literal["all"] | int = "all",
+    cpus_per_task: int | None = None,
+    max_retries: int | None = None,
+    alpha: float | None = None,
+    lam: float | None = None,
+    k: int | None = None,
+    top_alpha: float | None = None,
+    seed: int | None = None,
+    keep: Literal["all"] | int | None = None,
     unit_names: Any = None,
     concept_names: Any = None,
     restart: bool = False,
@@ -104,20 +115,16 @@ def evaluate(
     units_per_task : int, optional
         Units per task (the blocks of `run.json`). Default: K / 16 rounded up, and at most
         as many as `evaluate`'s default block holds.
-    cpus_per_task : int
-        CPUs each task asks Ray for, and the core's threads in it.
-    max_retries : int
-        Retries of a task whose worker died.
+    num_cpus, cpus_per_task, max_retries : int, optional
+        `RAY_OPTIONS` (their defaults and domains are declared there).
 
     Returns
     -------
     pathlib.Path
         `out`, once written.
     """
-    cpus_per_task = check_integer(cpus_per_task, "cpus_per_task", minimum=1)
-    max_retries = check_integer(max_retries, "max_retries", minimum=0)
-    if num_cpus is not None:
-        num_cpus = check_integer(num_cpus, "num_cpus", minimum=1)
+    ray_options = RAY_OPTIONS.resolve(cpus_per_task=cpus_per_task, max_retries=max_retries, num_cpus=num_cpus)
+    cpus_per_task, max_retries, num_cpus = (ray_options[n] for n in ("cpus_per_task", "max_retries", "num_cpus"))
     if address is not None and not isinstance(address, str):
         raise ParameterError(f"address must be a string such as 'ray://host:10001'; got {address!r}")
     # evaluate's own checks, in evaluate's order: every input error is raised here.

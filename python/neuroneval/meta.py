@@ -11,7 +11,7 @@ averages meta-AUPRC and ranks over several settings (the paper's Table 4).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -24,11 +24,9 @@ from ._coerce import (
     as_index_array,
     as_matrix,
     as_real_array,
-    check_between,
     check_integer,
     check_parameter,
     check_real,
-    check_seed,
     check_sequence,
 )
 from ._registry import METRICS
@@ -40,12 +38,15 @@ from .errors import (
     ParameterError,
     ShapeError,
 )
-from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, metric_list
+from .options import SCORE_OPTIONS, Option, Options, value_error
+from .params import ScoreParams, metric_list
 
 __all__ = [
     "ALPHA_GRID",
     "LAMBDA_GRID",
     "PAPER_TABLE4",
+    "SPLIT_OPTIONS",
+    "TUNING_OPTIONS",
     "MetaAuprc",
     "Tuned",
     "meta_auprc",
@@ -56,6 +57,34 @@ __all__ = [
     "tune",
 ]
 
+#: The seeded validation/test split of the units (`split_units`; `meta_evaluate` and
+#: `neuroneval.sanity.experimental` split with it).
+SPLIT_OPTIONS = Options(
+    Option(
+        "validation",
+        "real",
+        0.05,
+        "the share of the units that tunes alpha and lambda",
+        low=0.0,
+        low_open=True,
+        high=1.0,
+        high_open=True,
+        metavar="FRACTION",
+    ),
+    SCORE_OPTIONS["seed"],
+)
+#: alpha and lam of a run that tunes them (`meta_evaluate`, `neuroneval.sanity.experimental`):
+#: the core's declarations, but no alpha (None, the default) means "tune alpha, and wpmi's
+#: lambda with it"; lam only goes with a given alpha (a rule of the run, not of one option).
+TUNING_OPTIONS = Options(
+    replace(
+        SCORE_OPTIONS["alpha"],
+        default=None,
+        optional=True,
+        help="one alpha for every metric, or none to tune each metric's on validation",
+    ),
+    replace(SCORE_OPTIONS["lam"], help="wpmi's lambda; where alpha is tuned, tuned with it"),
+)
 #: SPEC section 5's alpha grid, searched in this order (the first best wins ties).
 ALPHA_GRID: tuple[float, ...] = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 #: SPEC section 5's lambda grid for wpmi: 0 to 1 in steps of 0.01.
@@ -138,11 +167,13 @@ def meta_auprc(scores: Any, truth: Any) -> MetaAuprc:
     return MetaAuprc(value=value, nan_scores=int(nan.sum()), pairs=int(s.size))
 
 
-def split_units(n_units: int, validation: float = 0.05, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def split_units(
+    n_units: int, validation: float | None = None, seed: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The seeded validation/test split of SPEC section 4: sorted unit indices of each part.
 
     The validation part has round(validation * n_units) units, at least 1, and the test
-    part keeps at least 1.
+    part keeps at least 1 (`validation` and `seed`: see `SPLIT_OPTIONS`).
 
     Examples
     --------
@@ -154,9 +185,9 @@ def split_units(n_units: int, validation: float = 0.05, seed: int = 0) -> tuple[
         n = check_integer(n_units, "n_units", minimum=2, maximum=np.iinfo(np.int64).max)
     except ParameterError as e:  # not a number of units at all, or too few: nothing to split
         raise EmptyInputError(f"a validation/test split needs at least 2 units: {e}") from e
-    fraction = check_between(validation, "validation", 0.0, 1.0)
-    n_val = min(max(1, round(fraction * n)), n - 1)
-    order = np.random.default_rng(check_seed(seed)).permutation(n)
+    values = SPLIT_OPTIONS.resolve(validation=validation, seed=seed)
+    n_val = min(max(1, round(values["validation"] * n)), n - 1)
+    order = np.random.default_rng(values["seed"]).permutation(n)
     return np.sort(order[:n_val]), np.sort(order[n_val:])
 
 
@@ -186,9 +217,9 @@ def tune(
     *,
     alphas: Sequence[float] = ALPHA_GRID,
     lams: Sequence[float] = LAMBDA_GRID,
-    k: int = 25,
-    top_alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
-    seed: int = 0,
+    k: int | None = None,
+    top_alpha: float | None = None,
+    seed: int | None = None,
 ) -> dict[str, Tuned]:
     """Each metric's alpha (and wpmi's lambda) with the best meta-AUPRC on these units.
 
@@ -196,7 +227,7 @@ def tune(
     alpha costs one call that scores all alpha-using metrics together; wpmi is linear in
     lambda, so its whole lambda grid costs one more call per alpha. Metrics without
     parameters are scored once and reported with their meta-AUPRC. The top-random metrics
-    keep their own sampling parameters (`k`, `top_alpha`, `seed`).
+    keep their own sampling parameters (`k`, `top_alpha`, `seed`: `ScoreParams`' defaults).
 
     Parameters
     ----------
@@ -226,14 +257,12 @@ def tune(
     lam_grid = _grid(lams, "lams", "lam")
     if not alpha_grid or not lam_grid:
         raise ParameterError("the alpha and lambda grids (alphas, lams) must not be empty")
-    check_seed(seed)
-    check_parameter("k", k=k)
-    check_parameter("top_alpha", top_alpha=top_alpha)
+    params = ScoreParams(k=k, top_alpha=top_alpha, seed=seed)
 
     def scores_at(
-        which: list[str], alpha: float = DEFAULT_ALPHA, lam: float = 1.0
+        which: list[str], alpha: float | None = None, lam: float | None = None
     ) -> dict[str, npt.NDArray[np.float64]]:
-        return compute(activations, concepts, which, alpha=alpha, lam=lam, k=k, top_alpha=top_alpha, seed=seed)
+        return compute(activations, concepts, which, alpha=alpha, lam=lam, **_sampling(params))
 
     tuned: dict[str, Tuned] = {}
     plain = [m for m in names if not METRICS[m].uses_alpha]
@@ -283,17 +312,17 @@ def meta_evaluate(
     truth: Any,
     metrics: str | Sequence[str] | None = None,
     *,
-    validation: float = 0.05,
-    seed: int = 0,
+    validation: float | None = None,
+    seed: int | None = None,
     alpha: float | None = None,
     lam: float | None = None,
-    k: int = 25,
-    top_alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
+    k: int | None = None,
+    top_alpha: float | None = None,
 ) -> pl.DataFrame:
     """SPEC section 5 end to end: split the units, tune on validation, meta-AUPRC on test.
 
-    With `alpha` given, nothing is tuned: alpha and `lam` (1 when omitted) are used. `seed`
-    seeds the split and the top-random metrics' draws. Returns one
+    With `alpha` given, nothing is tuned: alpha and `lam` are used (`TUNING_OPTIONS`). `seed`
+    seeds the split and the top-random metrics' draws (`SPLIT_OPTIONS`). Returns one
     row per metric: metric, alpha, lam, validation_meta_auprc (null when not tuned),
     meta_auprc and nan_scores on the test units, and the paper's sanity verdict.
 
@@ -312,38 +341,33 @@ def meta_evaluate(
     a = as_matrix(activations, "activations")
     _check_units(a)
     truth_idx = _truth_indices(truth, a.shape[1])
-    _check_fixed_parameters(alpha, lam, k, top_alpha)
-    val, test = split_units(a.shape[1], validation, seed)
-    if alpha is None:
-        chosen = tune(a[:, val], concepts, truth_idx[val], names, k=k, top_alpha=top_alpha, seed=seed)
+    params, tuned = _run_parameters(alpha, lam, k, top_alpha, seed)
+    val, test = split_units(a.shape[1], validation, params.seed)
+    if tuned:
+        chosen = tune(a[:, val], concepts, truth_idx[val], names, **_sampling(params))
     else:
-        fixed_lam = 1.0 if lam is None else lam
         chosen = {
             m: Tuned(
-                m, alpha if METRICS[m].uses_alpha else None, fixed_lam if METRICS[m].uses_lambda else None, np.nan, 0
+                m,
+                params.alpha if METRICS[m].uses_alpha else None,
+                params.lam if METRICS[m].uses_lambda else None,
+                np.nan,
+                0,
             )
             for m in names
         }
     rows = []
     for m in names:
         t = chosen[m]
-        s = compute(
-            a[:, test],
-            concepts,
-            [m],
-            alpha=t.alpha or DEFAULT_ALPHA,
-            lam=1.0 if t.lam is None else t.lam,
-            k=k,
-            top_alpha=top_alpha,
-            seed=seed,
-        )[m]
+        # a metric without alpha (or lambda) is scored at the default (None), as when it was tuned
+        s = compute(a[:, test], concepts, [m], alpha=t.alpha, lam=t.lam, **_sampling(params))[m]
         meta = meta_auprc(s, truth_idx[test])
         rows.append(
             {
                 "metric": m,
                 "alpha": t.alpha,
                 "lam": t.lam,
-                "validation_meta_auprc": None if alpha is not None else t.meta_auprc,
+                "validation_meta_auprc": t.meta_auprc if tuned else None,
                 "meta_auprc": meta.value,
                 "nan_scores": meta.nan_scores,
                 "passes_sanity_in_paper": METRICS[m].passes_sanity,
@@ -469,17 +493,18 @@ def _midranks_descending(values: npt.NDArray[np.float64]) -> npt.NDArray[np.floa
 # Input rules of meta and sanity
 
 
-def _check_fixed_parameters(alpha: Any, lam: Any, k: Any, top_alpha: Any) -> None:
-    """The scoring parameters of a run that may tune alpha (None: tune it): `lam` is used only
-    with `alpha` (without it, alpha and lambda are tuned together), and every given one is valid."""
+def _run_parameters(alpha: Any, lam: Any, k: Any, top_alpha: Any, seed: Any) -> tuple[ScoreParams, bool]:
+    """The scoring parameters of a run that tunes alpha unless it is given (`TUNING_OPTIONS`),
+    and whether it tunes: `lam` goes only with `alpha` (without it, both are tuned together)."""
     if alpha is None and lam is not None:
-        raise ParameterError("lam is used only with alpha: without alpha, alpha and lambda are tuned together")
-    if alpha is not None:
-        check_parameter("alpha", alpha=alpha)
-    if lam is not None:
-        check_parameter("lam", lam=lam)
-    check_parameter("k", k=k)
-    check_parameter("top_alpha", top_alpha=top_alpha)
+        raise value_error("lam", lam, "lam is used only with alpha; without alpha, alpha and lambda are tuned together")
+    given = TUNING_OPTIONS.resolve(alpha=alpha, lam=lam)
+    return ScoreParams(alpha=given["alpha"], lam=given["lam"], k=k, top_alpha=top_alpha, seed=seed), alpha is None
+
+
+def _sampling(params: ScoreParams) -> dict[str, Any]:
+    """The top-random metrics' parameters (k, top_alpha, seed), which tuning keeps as they are."""
+    return {"k": params.k, "top_alpha": params.top_alpha, "seed": params.seed}
 
 
 def _check_units(a: npt.NDArray[Any]) -> None:

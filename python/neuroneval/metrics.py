@@ -31,7 +31,7 @@ from ._coerce import _as_array, as_matrix, is_torch_tensor
 from ._registry import METRICS, MetricInfo
 from ._score import compute
 from .errors import ShapeError
-from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA
+from .options import SCORE_OPTIONS
 
 Array = npt.NDArray[np.float64]
 
@@ -53,14 +53,18 @@ class MetricFunction(Protocol):
     def __call__(self, activations: Any, concepts: Any, *, pairs: Any = None, **params: Any) -> Array: ...
 
 
+def _declared(name: str, keyword: str) -> tuple[str, Any, str, str]:
+    """A metric's parameter `name`, which is `compute`'s `keyword`: (name, default, keyword, doc),
+    the default and doc from the core's declaration (`SCORE_OPTIONS`)."""
+    option = SCORE_OPTIONS[keyword]
+    return name, option.default, keyword, option.help_text() + "."
+
+
 #: Each parameter a metric may take: (name, default, the `compute` keyword, its doc).
-_ALPHA = ("alpha", DEFAULT_ALPHA, "alpha", "Top-alpha fraction that binarises each unit, 0 < alpha <= 1.")
-_LAMBDA = ("lam", 1.0, "lam", "Weight of the concept's log mean, >= 0.")
-_SAMPLING = (
-    ("alpha", DEFAULT_TOP_RANDOM_ALPHA, "top_alpha", "The top fraction the k top inputs are drawn from."),
-    ("k", 25, "k", "Inputs drawn from the top and from all inputs, each."),
-    ("seed", 0, "seed", "Seed of the draw (each unit draws its own subset)."),
-)
+_ALPHA = _declared("alpha", "alpha")
+_LAMBDA = _declared("lam", "lam")
+# The top-random metrics call their top fraction `alpha`, as the NeuronEval reference does.
+_SAMPLING = (_declared("alpha", "top_alpha"), _declared("k", "k"), _declared("seed", "seed"))
 
 
 def _parameters(info: MetricInfo) -> tuple[tuple[str, Any, str, str], ...]:

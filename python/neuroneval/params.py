@@ -1,8 +1,9 @@
 """The scoring parameters and their defaults: the one typed door to the core.
 
-`ScoreParams` (alpha, lam, k, top_alpha, seed) is validated in exactly one place, the core's
-`Params::validate`; everything that scores (`compute`, `score`, `evaluate`, `distributed`,
-`sanity`, `crowd`, the CLI) builds one and hands it over unchanged.
+`ScoreParams` (alpha, lam, k, top_alpha, seed) is declared (default, domain, help) and
+validated in exactly one place, the core's `Params::RULES`; everything that scores (`compute`,
+`score`, `evaluate`, `distributed`, `sanity`, `crowd`, the CLI) builds one and hands it over
+unchanged, and `neuroneval.options.SCORE_OPTIONS` turns the declaration into the CLI's flags.
 
 >>> p = ScoreParams(alpha=0.01)
 >>> p
@@ -19,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ._core import ScoreParams
+from ._core import ScoreParams, check_arguments
 from ._registry import METRICS
-from .errors import EmptyInputError, UnknownMetricError
+from .errors import UnknownMetricError
 
 __all__ = ["DEFAULT_ALPHA", "DEFAULT_TOP_RANDOM_ALPHA", "ScoreParams", "metric_list"]
 
@@ -51,9 +52,8 @@ def metric_list(metrics: str | Sequence[str] | None) -> list[str]:
             names = list(metrics)
         except TypeError:  # a 0-d array claims to be iterable
             raise UnknownMetricError(f"metrics must be a metric name or a sequence of names; got {metrics!r}") from None
-    if not names:
-        raise EmptyInputError("no metric was requested")
-    for n in names:
-        if not isinstance(n, str) or n not in METRICS:
-            raise UnknownMetricError(f"unknown metric {n!r}; known metrics: {', '.join(METRICS)}")
+    wrong = [n for n in names if not isinstance(n, str)]
+    if wrong:
+        raise UnknownMetricError(f"unknown metric {wrong[0]!r}: metric names are str")
+    check_arguments(names)  # the core's rules: at least one name, each known
     return names

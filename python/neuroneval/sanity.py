@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,35 +38,24 @@ import numpy.typing as npt
 import polars as pl
 
 from . import _core
-from ._coerce import (
-    as_matrix,
-    as_real_array,
-    check_between,
-    check_flag,
-    check_integer,
-    check_parameter,
-    check_real,
-    check_seed,
-    check_sequence,
-)
+from ._coerce import as_matrix, as_real_array, check_flag, check_real, check_sequence
 from ._registry import METRICS
 from ._score import compute
 from .errors import ConceptRangeError, EmptyInputError, NonFiniteError, ParameterError, ShapeError, UnknownMetricError
 from .files import write_atomic, write_files_atomic
-from .meta import (
-    _check_fixed_parameters,
-    _check_units,
-    _truth_indices,
-    split_units,
-    tune,
-)
-from .params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, metric_list
+from .meta import _check_units, _run_parameters, _sampling, _truth_indices, split_units, tune
+from .options import SCORE_OPTIONS, Option, Options, value_error
+from .params import ScoreParams, metric_list
 
 __all__ = [
-    "EPSILON",
+    "BOOTSTRAP_OPTIONS",
+    "DECREASE_OPTIONS",
+    "EXPERIMENTAL_OPTIONS",
     "GAMMAS",
     "PAPER_TABLE3",
     "PASS_LEVEL",
+    "PERTURBATION_OPTIONS",
+    "THEORETICAL_OPTIONS",
     "SanityResult",
     "bootstrap_interval",
     "decrease_accuracy",
@@ -78,8 +67,6 @@ __all__ = [
 
 Array = npt.NDArray[np.float64]
 
-#: A delta must be below -EPSILON (strictly) to count as a decrease.
-EPSILON = 1e-3
 #: A metric passes when every Decrease Acc it was tested on is at least this (percent).
 PASS_LEVEL = 90.0
 #: Concept prevalences of the theoretical test.
@@ -110,16 +97,45 @@ PAPER_TABLE3: dict[str, tuple[float, float, float, float]] = {
 }
 
 _MISSING, _EXTRA, _BOOTSTRAP = 1, 2, 3  # stream tags: perturbations and resampling never share random numbers
-#: Resamples of the bootstrap interval of an experimental Decrease Acc, and its level.
-RESAMPLES = 1000
-LEVEL = 0.95
+
+#: The perturbations (`missing_labels`, `extra_labels`, and every test that draws them).
+PERTURBATION_OPTIONS = Options(
+    Option("keep", "real", 0.5, "missing labels: the probability of keeping each label", low=0, high=1),
+    Option("rate", "real", 2.0, "extra labels: the expected label mass after over before", low=1),
+    SCORE_OPTIONS["seed"],
+)
+#: The percentile bootstrap interval over units (`bootstrap_interval`).
+BOOTSTRAP_OPTIONS = Options(
+    Option("level", "real", 0.95, "the bootstrap interval's coverage", low=0, low_open=True, high=1, high_open=True),
+    Option("resamples", "integer", 1000, "resamples of the units in the bootstrap interval", low=1),
+    SCORE_OPTIONS["seed"],
+)
+#: How a test counts decreases (a delta below -epsilon, strictly), and the interval the
+#: experimental tests put around each Decrease Acc (none with 0 resamples).
+DECREASE_OPTIONS = Options(
+    Option("epsilon", "real", 1e-3, "a delta below -epsilon counts as a decrease", low=0),
+    replace(BOOTSTRAP_OPTIONS["resamples"], low=0, rule="", help="resamples of the units in each interval (0: none)"),
+    BOOTSTRAP_OPTIONS["level"],
+)
+#: The experimental test's own options (`experimental`).
+EXPERIMENTAL_OPTIONS = Options(
+    Option(
+        "truth_alpha", "real", 0.005, "alpha of the argmax-IoU concepts taken as correct", low=0, low_open=True, high=1
+    ),
+    Option("setting", "text", "experimental", "the experimental test's name in the records", metavar="NAME"),
+)
+#: The theoretical test's perfect unit (`theoretical`).
+THEORETICAL_OPTIONS = Options(
+    Option("n", "integer", 500_000, "inputs of the theoretical test's perfect unit", low=2),
+    Option("seeds", "integer", 1000, "perturbation draws of the theoretical test, per gamma", low=1),
+)
 
 
 # --------------------------------------------------------------------------------------------
 # Perturbations
 
 
-def missing_labels(concepts: Any, keep: float = 0.5, seed: int = 0) -> Array:
+def missing_labels(concepts: Any, keep: float | None = None, seed: int | None = None) -> Array:
     """The "missing labels" perturbation: c-_i = c_i * m_i with m_i ~ Bernoulli(keep).
 
     Each concept column draws from its own seeded stream, so a column's perturbation does
@@ -129,9 +145,8 @@ def missing_labels(concepts: Any, keep: float = 0.5, seed: int = 0) -> Array:
     ----------
     concepts : array_like, shape (N, T) or (N,)
         Concept probabilities in [0, 1].
-    keep : float
-        Probability of keeping each label, in [0, 1] (0.5 in the paper).
-    seed : int
+    keep, seed : float, int
+        Probability of keeping each label (the paper's 0.5 by default: `PERTURBATION_OPTIONS`).
 
     Examples
     --------
@@ -140,16 +155,15 @@ def missing_labels(concepts: Any, keep: float = 0.5, seed: int = 0) -> Array:
     0.3
     """
     c, one_column = _concept_matrix(concepts)
-    seed = check_seed(seed)
-    keep = _check_keep(keep)
+    values = PERTURBATION_OPTIONS.resolve(keep=keep, seed=seed)
     out = np.empty_like(c)
     for t in range(c.shape[1]):
-        m = _stream(seed, _MISSING, t).random(c.shape[0]) < keep
+        m = _stream(values["seed"], _MISSING, t).random(c.shape[0]) < values["keep"]
         out[:, t] = c[:, t] * m
     return out[:, 0] if one_column else out
 
 
-def extra_labels(concepts: Any, rate: float = 2.0, seed: int = 0) -> Array:
+def extra_labels(concepts: Any, rate: float | None = None, seed: int | None = None) -> Array:
     """The "extra labels" perturbation: c+_i = min(c_i + e_i, 1), e_i ~ Bernoulli(min(p, 1)).
 
     p = (rate - 1) ||c||_1 / (N - ||c||_1), so E||c+||_1 = rate ||c||_1 when p <= 1 and the
@@ -159,9 +173,8 @@ def extra_labels(concepts: Any, rate: float = 2.0, seed: int = 0) -> Array:
     Parameters
     ----------
     concepts : array_like, shape (N, T) or (N,)
-    rate : float
-        Target ratio of label mass after and before, >= 1 (2 in the paper).
-    seed : int
+    rate, seed : float, int
+        Target ratio of label mass after and before (the paper's 2 by default: `PERTURBATION_OPTIONS`).
 
     Examples
     --------
@@ -170,26 +183,17 @@ def extra_labels(concepts: Any, rate: float = 2.0, seed: int = 0) -> Array:
     3000.0
     """
     c, one_column = _concept_matrix(concepts)
-    seed = check_seed(seed)
-    rate = _check_rate(rate)
+    values = PERTURBATION_OPTIONS.resolve(rate=rate, seed=seed)
     n = c.shape[0]
     out = c.copy()
     for t in range(c.shape[1]):
         mass = float(c[:, t].sum())
         if mass >= n:
             continue
-        p = min((rate - 1.0) * mass / (n - mass), 1.0)
-        e = _stream(seed, _EXTRA, t).random(n) < p
+        p = min((values["rate"] - 1.0) * mass / (n - mass), 1.0)
+        e = _stream(values["seed"], _EXTRA, t).random(n) < p
         out[e, t] = 1.0
     return out[:, 0] if one_column else out
-
-
-def _check_keep(keep: Any) -> float:
-    return check_between(keep, "keep", 0.0, 1.0, closed="both")
-
-
-def _check_rate(rate: Any) -> float:
-    return check_between(rate, "rate", 1.0, math.inf, closed="left")
 
 
 def _stream(seed: int, tag: int, column: int) -> np.random.Generator:
@@ -389,7 +393,7 @@ def _decreased(delta: Array, epsilon: float) -> tuple[npt.NDArray[np.bool_], int
 
 
 def bootstrap_interval(
-    values: Any, *, level: float = LEVEL, resamples: int = RESAMPLES, seed: int = 0
+    values: Any, *, level: float | None = None, resamples: int | None = None, seed: int | None = None
 ) -> npt.NDArray[np.float64]:
     """Percentile bootstrap interval of the mean of `values` over its rows (units).
 
@@ -400,7 +404,7 @@ def bootstrap_interval(
     (1 + level) / 2 quantiles of the resampled means (numpy's default, linear interpolation).
 
     `values` (K >= 1 finite per-unit values, shape (K,) or (K, M), e.g. 0/1 decreases) gives the
-    lower and upper ends, shape (2,) or (2, M); `level` is in (0, 1), `resamples` at least 1.
+    lower and upper ends, shape (2,) or (2, M); `level`, `resamples` and `seed`: see `BOOTSTRAP_OPTIONS`.
 
     Examples
     --------
@@ -419,10 +423,9 @@ def bootstrap_interval(
     if not np.isfinite(v).all():
         i, j = np.argwhere(~np.isfinite(v))[0]
         raise NonFiniteError(f"values hold a non-finite value at row {i}, column {j}")
-    level = check_between(level, "level", 0.0, 1.0)
-    resamples = check_integer(resamples, "resamples", minimum=1)
-    seed = check_seed(seed)
-    rng = np.random.default_rng([seed, _BOOTSTRAP])
+    options = BOOTSTRAP_OPTIONS.resolve(level=level, resamples=resamples, seed=seed)
+    level, resamples = options["level"], options["resamples"]
+    rng = np.random.default_rng([options["seed"], _BOOTSTRAP])
     n = v.shape[0]
     means = np.empty((resamples, v.shape[1]))
     block = max(1, 4_000_000 // n)  # resamples per batch: bounded memory, the same draws in the same order
@@ -456,16 +459,16 @@ def decrease_accuracy(
     concepts: Any,
     truth: Any,
     *,
-    alpha: float = DEFAULT_ALPHA,
-    lam: float = 1.0,
-    epsilon: float = EPSILON,
-    keep: float = 0.5,
-    rate: float = 2.0,
-    seed: int = 0,
-    k: int = 25,
-    top_alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
-    resamples: int = RESAMPLES,
-    level: float = LEVEL,
+    alpha: float | None = None,
+    lam: float | None = None,
+    epsilon: float | None = None,
+    keep: float | None = None,
+    rate: float | None = None,
+    seed: int | None = None,
+    k: int | None = None,
+    top_alpha: float | None = None,
+    resamples: int | None = None,
+    level: float | None = None,
 ) -> SanityResult:
     """Decrease Acc of one metric under both perturbations, on units with known concepts.
 
@@ -475,7 +478,8 @@ def decrease_accuracy(
     of the original, missing and extra score matrices of these units. NaN deltas count as
     "did not decrease" and are reported in `nan_deltas`. `ci_low` and `ci_high` are the
     `bootstrap_interval` (at `level`, `resamples` resamples, `seed`) of the units' 0/1
-    decreases, in percent; `resamples` = 0 leaves them null.
+    decreases, in percent; `resamples` = 0 leaves them null. Defaults: `ScoreParams`,
+    `PERTURBATION_OPTIONS` and `DECREASE_OPTIONS`.
 
     Parameters
     ----------
@@ -496,23 +500,12 @@ def decrease_accuracy(
     """
     if not isinstance(metric, str):
         raise UnknownMetricError(f"metric must be one name from neuroneval.METRICS; got {metric!r}")
-    return _experimental_run(
-        metric_list([metric]),
-        as_matrix(activations, "activations"),
-        _concepts(concepts),
-        truth,
-        {metric: (alpha, lam)},
-        units=None,
-        epsilon=epsilon,
-        keep=keep,
-        rate=rate,
-        seed=seed,
-        k=k,
-        top_alpha=top_alpha,
-        setting="experimental",
-        resamples=resamples,
-        level=level,
-    )
+    names = metric_list([metric])
+    a, c = as_matrix(activations, "activations"), _concepts(concepts)
+    params = ScoreParams(alpha=alpha, lam=lam, k=k, top_alpha=top_alpha, seed=seed)
+    run = _run_options(keep, rate, seed, epsilon, resamples, level)
+    setting = EXPERIMENTAL_OPTIONS["setting"].default
+    return _experimental_run(names, a, c, truth, {metric: params}, run, units=None, setting=setting)
 
 
 def experimental(
@@ -523,17 +516,17 @@ def experimental(
     *,
     alpha: float | None = None,
     lam: float | None = None,
-    validation: float = 0.05,
-    epsilon: float = EPSILON,
-    keep: float = 0.5,
-    rate: float = 2.0,
-    seed: int = 0,
-    truth_alpha: float = 0.005,
-    k: int = 25,
-    top_alpha: float = DEFAULT_TOP_RANDOM_ALPHA,
-    setting: str = "experimental",
-    resamples: int = RESAMPLES,
-    level: float = LEVEL,
+    validation: float | None = None,
+    epsilon: float | None = None,
+    keep: float | None = None,
+    rate: float | None = None,
+    seed: int | None = None,
+    truth_alpha: float | None = None,
+    k: int | None = None,
+    top_alpha: float | None = None,
+    setting: str | None = None,
+    resamples: int | None = None,
+    level: float | None = None,
 ) -> SanityResult:
     """The paper's experimental sanity check on real units (SPEC section 4).
 
@@ -546,10 +539,12 @@ def experimental(
        all units; Decrease Acc on the test units, with a `bootstrap_interval` over them
        (`level`, `resamples`; 0 resamples for none) in `ci_low` and `ci_high`.
 
-    Returns a `SanityResult` whose records carry `setting`, the alpha and lambda used, and
-    for tuned metrics with alpha `tied_alphas`: how many grid alphas tied for the best
-    validation meta-AUPRC (above 1, the first-best rule decided among them; the `validation`
-    share sets how many units tune, and few units tie often).
+    Defaults: `ScoreParams`, `neuroneval.meta.TUNING_OPTIONS` (alpha and lam) and
+    `neuroneval.meta.SPLIT_OPTIONS` (validation), `PERTURBATION_OPTIONS`, `DECREASE_OPTIONS`
+    and `EXPERIMENTAL_OPTIONS`. Returns a `SanityResult` whose records carry `setting`, the
+    alpha and lambda used, and for tuned metrics with alpha `tied_alphas`: how many grid alphas
+    tied for the best validation meta-AUPRC (above 1, the first-best rule decided among them;
+    the `validation` share sets how many units tune, and few units tie often).
 
     Examples
     --------
@@ -574,42 +569,28 @@ def experimental(
     _check_units(a)
     if a.shape[0] != c.shape[0]:
         raise ShapeError(f"activations have {a.shape[0]} inputs (rows) but concepts have {c.shape[0]}")
-    _check_fixed_parameters(alpha, lam, k, top_alpha)
-    _check_run_parameters(epsilon, keep, rate, seed)
-    if not isinstance(setting, str) or not setting.strip():
-        raise ParameterError(f"setting must be a non-empty name (a str); got {setting!r}")
-    val, test = split_units(a.shape[1], validation, seed)
+    params, tuned = _run_parameters(alpha, lam, k, top_alpha, seed)
+    run = _run_options(keep, rate, seed, epsilon, resamples, level)
+    own = EXPERIMENTAL_OPTIONS.resolve(truth_alpha=truth_alpha, setting=setting)
+    val, test = split_units(a.shape[1], validation, params.seed)
     if truth is None:
-        check_parameter("truth_alpha", alpha=truth_alpha)
-        iou = compute(a, c, ["iou"], alpha=truth_alpha)["iou"]
+        iou = compute(a, c, ["iou"], alpha=own["truth_alpha"])["iou"]
         truth_idx = np.asarray(np.where(np.isnan(iou), -np.inf, iou).argmax(axis=1), dtype=np.int64)
     else:
         truth_idx = _truth_indices(truth, a.shape[1])
+    per_metric = {m: params for m in names}
     ties: dict[str, int | None] = {}
-    if alpha is None:
-        chosen = tune(a[:, val], c, truth_idx[val], names, k=k, top_alpha=top_alpha, seed=seed)
-        params = {m: (t.alpha or DEFAULT_ALPHA, 1.0 if t.lam is None else t.lam) for m, t in chosen.items()}
+    if tuned:
+        chosen = tune(a[:, val], c, truth_idx[val], names, **_sampling(params))
+        per_metric = {m: params.replace(alpha=t.alpha, lam=t.lam) for m, t in chosen.items()}
         ties = {m: len(t.tied_alphas) if t.tied_alphas else None for m, t in chosen.items()}
-    else:
-        params = {m: (alpha, 1.0 if lam is None else lam) for m in names}
-    return _experimental_run(
-        names,
-        a,
-        c,
-        truth_idx,
-        params,
-        units=test,
-        epsilon=epsilon,
-        keep=keep,
-        rate=rate,
-        seed=seed,
-        k=k,
-        top_alpha=top_alpha,
-        setting=setting,
-        resamples=resamples,
-        level=level,
-        ties=ties,
-    )
+    return _experimental_run(names, a, c, truth_idx, per_metric, run, units=test, setting=own["setting"], ties=ties)
+
+
+def _run_options(keep: Any, rate: Any, seed: Any, epsilon: Any, resamples: Any, level: Any) -> dict[str, Any]:
+    """A test's perturbations (`PERTURBATION_OPTIONS`) and counting (`DECREASE_OPTIONS`), checked before any work."""
+    drawn = PERTURBATION_OPTIONS.resolve(keep=keep, rate=rate, seed=seed)
+    return {**drawn, **DECREASE_OPTIONS.resolve(epsilon=epsilon, resamples=resamples, level=level)}
 
 
 def _experimental_run(
@@ -617,97 +598,38 @@ def _experimental_run(
     a: npt.NDArray[Any],
     c: Array,
     truth: Any,
-    params: dict[str, tuple[float, float]],
+    params: dict[str, ScoreParams],
+    run: dict[str, Any],
     *,
     units: npt.NDArray[np.int64] | None,
-    epsilon: float,
-    keep: float,
-    rate: float,
-    seed: int,
-    k: int,
-    top_alpha: float,
     setting: str,
-    resamples: int,
-    level: float,
     ties: dict[str, int | None] | None = None,
 ) -> SanityResult:
-    if a.shape[0] != c.shape[0]:
-        raise ShapeError(f"activations have {a.shape[0]} inputs (rows) but concepts have {c.shape[0]}")
-    truth_idx = _truth_indices(truth, a.shape[1])
-    if truth_idx.size and truth_idx.max() >= c.shape[1]:
-        raise ShapeError(f"truth names concept {truth_idx.max()} but there are {c.shape[1]} concepts")
-    epsilon, keep, rate, seed = _check_run_parameters(epsilon, keep, rate, seed)
-    for alpha, lam in params.values():
-        check_parameter("alpha", alpha=alpha)
-        check_parameter("lam", lam=lam)
-    check_parameter("k", k=k)
-    check_parameter("top_alpha", top_alpha=top_alpha)
-    resamples = check_integer(resamples, "resamples", minimum=0)
-    level = check_between(level, "level", 0.0, 1.0)
-    if units is None:
-        units = np.arange(a.shape[1])
-    perturbed = {"missing": missing_labels(c, keep, seed), "extra": extra_labels(c, rate, seed)}
-    pairs = np.stack([units, truth_idx[units]], axis=1)
-    groups: dict[tuple[float, float], list[str]] = {}
+    """Decrease Acc of each metric with its parameters (`params`) on `units` (all when None),
+    from one perturbation draw of `c`; `run` holds the checked `_run_options`."""
+    truth_idx = _correct_concepts(truth, a, c)
+    units = np.arange(a.shape[1]) if units is None else units
+    versions = {
+        "original": c,
+        "missing": missing_labels(c, run["keep"], run["seed"]),
+        "extra": extra_labels(c, run["rate"], run["seed"]),
+    }
+    groups: dict[ScoreParams, list[str]] = {}  # metrics scored together: those with the same parameters
     for m in names:
         groups.setdefault(params[m], []).append(m)
     rows: list[dict[str, Any]] = []
     flags: list[npt.NDArray[np.bool_]] = []  # per row: each counted unit's decrease
-    for (alpha, lam), group in groups.items():
-
-        def scores(
-            units_of: Any, conc: Array, which: list[str], pairs: Any = None, alpha: float = alpha, lam: float = lam
-        ) -> dict[str, Array]:
-            return compute(
-                units_of, conc, which, alpha=alpha, lam=lam, k=k, top_alpha=top_alpha, seed=seed, pairs=pairs
-            )
-
-        ranged = [m for m in group if METRICS[m].value_range is not None]
-        data_ranged = [m for m in group if METRICS[m].value_range is None]
-        own: dict[str, dict[str, Array]] = {}  # concept version -> metric -> scores of the truth pairs
-        span: dict[str, float] = {}
-        for version, conc in (("original", c), *perturbed.items()):
-            own[version] = scores(a, conc, ranged, pairs) if ranged else {}
-        if data_ranged:
-            # The data range spans every entry of the three score matrices of these units.
-            block = a[:, units]
-            full = {
-                version: scores(block, conc, data_ranged) for version, conc in (("original", c), *perturbed.items())
-            }
-            for m in data_ranged:
-                span[m] = _data_range(*(full[v][m] for v in full))
-                for v in full:
-                    own[v][m] = full[v][m][np.arange(units.size), truth_idx[units]]
+    for p, group in groups.items():
+        own, scale = _truth_scores(a, versions, group, p, units, truth_idx)
         for m in group:
-            scale = span[m] if m in span else _value_range(m)
             for version in ("missing", "extra"):
-                delta = (own[version][m] - own["original"][m]) / scale
-                decreased, nan = _decreased(delta, epsilon)
-                acc = 100.0 * float(decreased.mean())
+                decreased, nan = _decreased((own[version][m] - own["original"][m]) / scale[m], run["epsilon"])
                 flags.append(decreased)
-                rows.append(
-                    dict(
-                        setting=setting,
-                        kind="experimental",
-                        metric=m,
-                        perturbation=version,
-                        gamma=None,
-                        decrease_acc=acc,
-                        se=None,
-                        nan_deltas=nan,
-                        units=int(units.size),
-                        alpha=alpha if METRICS[m].uses_alpha else None,
-                        lam=lam if METRICS[m].uses_lambda else None,
-                        ci_low=None,
-                        ci_high=None,
-                        tied_alphas=(ties or {}).get(m) if METRICS[m].uses_alpha else None,
-                    )
-                )
-    if resamples and rows:
+                rows.append(_experimental_row(setting, m, version, decreased, nan, p, (ties or {}).get(m)))
+    if run["resamples"] and rows:
         # One resampling of the units for every metric and perturbation: the intervals are paired.
-        ends = 100.0 * bootstrap_interval(
-            np.stack(flags, axis=1).astype(np.float64), level=level, resamples=resamples, seed=seed
-        )
+        flat = np.stack(flags, axis=1).astype(np.float64)
+        ends = 100.0 * bootstrap_interval(flat, level=run["level"], resamples=run["resamples"], seed=run["seed"])
         for row, (low, high) in zip(rows, ends.T, strict=True):
             row["ci_low"], row["ci_high"] = float(low), float(high)
     order = {m: i for i, m in enumerate(names)}
@@ -715,14 +637,94 @@ def _experimental_run(
     return SanityResult(pl.DataFrame(rows, schema=_SCHEMA))
 
 
+def _correct_concepts(truth: Any, a: npt.NDArray[Any], c: Array) -> npt.NDArray[np.int64]:
+    """Each unit's correct concept index, checked against the activations and concepts."""
+    if a.shape[0] != c.shape[0]:
+        raise ShapeError(f"activations have {a.shape[0]} inputs (rows) but concepts have {c.shape[0]}")
+    truth_idx = _truth_indices(truth, a.shape[1])
+    if truth_idx.size and truth_idx.max() >= c.shape[1]:
+        raise ShapeError(f"truth names concept {truth_idx.max()} but there are {c.shape[1]} concepts")
+    return truth_idx
+
+
+def _truth_scores(
+    a: npt.NDArray[Any],
+    versions: dict[str, Array],
+    group: list[str],
+    params: ScoreParams,
+    units: npt.NDArray[np.int64],
+    truth_idx: npt.NDArray[np.int64],
+) -> tuple[dict[str, dict[str, Array]], dict[str, float]]:
+    """Each metric's scores of the units' correct concepts, per concept version (original,
+    missing, extra), and the range that divides their deltas: the metric's, or for wpmi and
+    mad the max minus min of every score of these units under the three versions."""
+
+    given: dict[str, Any] = params.to_dict()
+
+    def scores(units_of: Any, conc: Array, which: list[str], pairs: Any = None) -> dict[str, Array]:
+        return compute(units_of, conc, which, **given, pairs=pairs)
+
+    ranged = [m for m in group if METRICS[m].value_range is not None]
+    data_ranged = [m for m in group if METRICS[m].value_range is None]
+    pairs = np.stack([units, truth_idx[units]], axis=1)
+    own = {version: scores(a, conc, ranged, pairs) if ranged else {} for version, conc in versions.items()}
+    scale = {m: _value_range(m) for m in ranged}
+    if data_ranged:
+        # The data range spans every entry of the three score matrices of these units.
+        full = {version: scores(a[:, units], conc, data_ranged) for version, conc in versions.items()}
+        for m in data_ranged:
+            scale[m] = _data_range(*(full[v][m] for v in full))
+            for v in full:
+                own[v][m] = full[v][m][np.arange(units.size), truth_idx[units]]
+    return own, scale
+
+
+def _experimental_row(
+    setting: str,
+    metric: str,
+    version: str,
+    decreased: npt.NDArray[np.bool_],
+    nan: int,
+    params: ScoreParams,
+    tied: int | None,
+) -> dict[str, Any]:
+    facts = METRICS[metric]
+    return dict(
+        setting=setting,
+        kind="experimental",
+        metric=metric,
+        perturbation=version,
+        gamma=None,
+        decrease_acc=100.0 * float(decreased.mean()),
+        se=None,
+        nan_deltas=nan,
+        units=int(decreased.size),
+        alpha=params.alpha if facts.uses_alpha else None,
+        lam=params.lam if facts.uses_lambda else None,
+        ci_low=None,
+        ci_high=None,
+        tied_alphas=tied if facts.uses_alpha else None,
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Theoretical protocol
 
 
-def _check_run_parameters(epsilon: Any, keep: Any, rate: Any, seed: Any) -> tuple[float, float, float, int]:
-    """The counting and perturbation parameters of a run, checked before any work: epsilon, keep, rate, seed."""
-    epsilon = check_between(epsilon, "epsilon", 0.0, math.inf, closed="left")
-    return epsilon, _check_keep(keep), _check_rate(rate), check_seed(seed)
+def _gammas(gammas: Any, n: int) -> list[float]:
+    """The theoretical test's concept prevalences: each in (0, 1) and at least one positive input at `n`."""
+    listed = [check_real(g, "gammas") for g in check_sequence(gammas, "gammas")]
+    if not listed:
+        raise EmptyInputError("no gamma was given")
+    for g in listed:
+        if not 0.0 < g < 1.0:
+            raise value_error("gammas", g, "every gamma must lie in (0, 1)")
+        if math.floor(g * n) < 1:
+            need = math.floor(1.0 / g)
+            while math.floor(g * need) < 1:
+                need += 1
+            raise value_error("n", n, f"n must be at least {need:,} for one positive input at gamma {g:g}")
+    return listed
 
 
 def _table_scores(n: Any, n11: Any, n10: Any, n01: Any, metrics: list[str], lam: float) -> dict[str, Array]:
@@ -737,15 +739,15 @@ def _table_scores(n: Any, n11: Any, n10: Any, n01: Any, metrics: list[str], lam:
 def theoretical(
     metrics: str | Sequence[str] | None = None,
     *,
-    n: int = 500_000,
+    n: int | None = None,
     gammas: Sequence[float] = GAMMAS,
-    seeds: int = 1000,
-    keep: float = 0.5,
-    rate: float = 2.0,
-    lam: float = 1.0,
-    k: int = 25,
-    epsilon: float = EPSILON,
-    seed: int = 0,
+    seeds: int | None = None,
+    keep: float | None = None,
+    rate: float | None = None,
+    lam: float | None = None,
+    k: int | None = None,
+    epsilon: float | None = None,
+    seed: int | None = None,
 ) -> SanityResult:
     """The paper's theoretical sanity check (SPEC section 4), exactly and in milliseconds.
 
@@ -760,9 +762,10 @@ def theoretical(
     inputs of the top set {a = 1} and k of all n, the same subset for the original and both
     perturbed concepts of a seed (as a unit's seed fixes it).
 
-    wpmi uses `lam` (1); the data range of wpmi and mad spans all scores of the run (every
+    wpmi uses `lam`; the data range of wpmi and mad spans all scores of the run (every
     gamma and seed, original and perturbed). Records hold each gamma's Decrease Acc with its
-    standard error over seeds, and the mean over gammas (gamma null).
+    standard error over seeds, and the mean over gammas (gamma null). Defaults:
+    `THEORETICAL_OPTIONS`, `PERTURBATION_OPTIONS`, `DECREASE_OPTIONS` and `ScoreParams`.
 
     Examples
     --------
@@ -771,35 +774,29 @@ def theoretical(
     [100.0, 100.0, 100.0, 0.0, 0.0]
     """
     names = metric_list(metrics)
-    n = check_integer(n, "n", minimum=2)
-    seeds = check_integer(seeds, "seeds", minimum=1)
-    gamma_list = [check_real(g, "gammas") for g in check_sequence(gammas, "gammas")]
-    if not gamma_list:
-        raise EmptyInputError("no gamma was given")
-    for g in gamma_list:
-        if not (0.0 < g < 1.0 and math.floor(g * n) >= 1):
-            raise ParameterError(f"gamma {g} must lie in (0, 1) and give at least one positive input at n = {n}")
-    epsilon, keep, rate, seed = _check_run_parameters(epsilon, keep, rate, seed)
-    check_parameter("k", k=k)
-    check_parameter("lam", lam=lam)
+    theory = THEORETICAL_OPTIONS.resolve(n=n, seeds=seeds)
+    n, seeds = theory["n"], theory["seeds"]
+    gamma_list = _gammas(gammas, n)
+    run = _run_options(keep, rate, seed, epsilon, None, None)
+    params = ScoreParams(lam=lam, k=k, seed=seed)
 
     # scores[version][metric] has shape (gammas, seeds)
     scores: dict[str, dict[str, list[Array]]] = {v: {m: [] for m in names} for v in ("original", "missing", "extra")}
     for gi, g in enumerate(gamma_list):
-        rng = np.random.default_rng([int(seed), gi])
+        rng = np.random.default_rng([params.seed, gi])
         p_count = math.floor(g * n)
-        kept = rng.binomial(p_count, keep, size=seeds)
-        p_extra = min((rate - 1.0) * p_count / (n - p_count), 1.0)
+        kept = rng.binomial(p_count, run["keep"], size=seeds)
+        p_extra = min((run["rate"] - 1.0) * p_count / (n - p_count), 1.0)
         added = rng.binomial(n - p_count, p_extra, size=seeds)
         tables = {
             "original": (p_count, 0, 0),
             "missing": (kept, p_count - kept, 0),
             "extra": (p_count, 0, added),
         }
-        subset = _top_random_subsets(rng, n, p_count, kept, added, k, seeds)
+        subset = _top_random_subsets(rng, n, p_count, kept, added, params.k, seeds)
         for version, (n11, n10, n01) in tables.items():
             plain = [m for m in names if not METRICS[m].uses_sampling]
-            values = _table_scores(n, n11, n10, n01, plain, lam)
+            values = _table_scores(n, n11, n10, n01, plain, params.lam) if plain else {}
             for m in names:
                 if METRICS[m].uses_sampling:
                     n11s, n10s, n01s = subset[version]
@@ -815,14 +812,14 @@ def theoretical(
             per_gamma = []
             nan_total = 0
             for gi, g in enumerate(gamma_list):
-                acc, nan = _decrease((pert[gi] - orig[gi]) / scale, epsilon)
+                acc, nan = _decrease((pert[gi] - orig[gi]) / scale, run["epsilon"])
                 se = 100.0 * math.sqrt((acc / 100) * (1 - acc / 100) / seeds)
                 per_gamma.append((acc, se))
                 nan_total += nan
-                rows.append(_theory_row(m, version, g, acc, se, nan, seeds, lam))
+                rows.append(_theory_row(m, version, g, acc, se, nan, seeds, params.lam))
             mean = float(np.mean([a for a, _ in per_gamma]))
             mean_se = math.sqrt(sum(s * s for _, s in per_gamma)) / len(per_gamma)
-            rows.append(_theory_row(m, version, None, mean, mean_se, nan_total, seeds * len(gamma_list), lam))
+            rows.append(_theory_row(m, version, None, mean, mean_se, nan_total, seeds * len(gamma_list), params.lam))
     return SanityResult(pl.DataFrame(rows, schema=_SCHEMA))
 
 

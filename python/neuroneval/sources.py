@@ -50,7 +50,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _direct
-from ._coerce import as_index_array, as_matrix, as_real_array
+from ._coerce import as_index_array, as_matrix, as_real_array, check_names
 from .errors import DTypeError, EmptyInputError, ShapeError, SourceError
 from .files import inside, read_json, write_atomic
 
@@ -338,28 +338,8 @@ def read_names(x: str | os.PathLike[str] | Sequence[str] | None, count: int, wha
     if x is None:
         return None
     if isinstance(x, (str, os.PathLike)):
-        names = _names_file(x, what)
-    else:
-        names = _name_list(x, what)
-    if len(names) != count:
-        raise ShapeError(f"{what} has {len(names)} entries for {count} columns")
-    return names
-
-
-def _name_list(x: Any, what: str) -> list[str]:
-    """Names from a sequence: each a string or an integer (written as text); anything else
-    (a float, None, a nested list) is refused rather than turned into text."""
-    wrong = SourceError(f"{what} must be a sequence of names (or a file of one name per line); got {type(x).__name__}")
-    if isinstance(x, (bytes, dict, set)) or not hasattr(x, "__iter__"):
-        raise wrong
-    try:
-        names = list(x)
-    except TypeError:  # a 0-d array claims to be iterable
-        raise wrong from None
-    for i, n in enumerate(names):
-        if not isinstance(n, (str, np.str_, int, np.integer)) or isinstance(n, (bool, np.bool_)):
-            raise SourceError(f"{what} entry {i} is {n!r}; names must be strings")
-    return [str(n) for n in names]
+        return check_names(_names_file(x, what), count, what)
+    return check_names(x, count, what)
 
 
 def _is_sparse(x: object) -> bool:

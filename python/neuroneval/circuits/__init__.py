@@ -42,6 +42,7 @@ from .graph import (
     transformer_graph,
 )
 from .results import (
+    CIRCUIT_TRACK_OPTIONS,
     CircuitRun,
     MethodCurve,
     circuit_table,
@@ -53,11 +54,13 @@ from .results import (
     write_edge_scores,
 )
 from .scores import FRACTIONS, auroc, cmd, cpr, faithfulness, mean_faithfulness, weighted_edge_count
-from .tasks import TASKS, TaskExample, TokenizedTask, arithmetic_examples, ioi_examples, tokenize_task
+from .tasks import TASK_OPTIONS, TASKS, TaskExample, TokenizedTask, arithmetic_examples, ioi_examples, tokenize_task
 
 __all__ = [
+    "CIRCUIT_TRACK_OPTIONS",
     "FRACTIONS",
     "TASKS",
+    "TASK_OPTIONS",
     "CircuitRun",
     "MethodCurve",
     "TaskExample",

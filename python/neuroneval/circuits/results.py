@@ -55,6 +55,7 @@ import polars as pl
 from .._coerce import as_real_array, check_integer, check_real
 from ..errors import InvalidInputError, OutputError, ParameterError, ShapeError, SourceError
 from ..files import read_json, write_files_atomic, writing
+from ..options import SCORE_OPTIONS, Option, Options
 from .graph import Graph, transformer_graph
 from .graph_json import edge_names, edge_scores_text, read_edge_scores, shape_text, write_edge_scores
 from .scores import FRACTIONS, cmd, cpr, faithfulness, mean_faithfulness
@@ -62,6 +63,7 @@ from .scores import FRACTIONS, cmd, cpr, faithfulness, mean_faithfulness
 __all__ = [
     "ABLATIONS",
     "CIRCUIT_METHODS",
+    "CIRCUIT_TRACK_OPTIONS",
     "CIRCUIT_MODELS",
     "CIRCUIT_RUN_FILE",
     "CIRCUIT_RUN_FORMAT",
@@ -91,6 +93,40 @@ CIRCUIT_MODELS: dict[str, tuple[str, ...]] = {"smollm2": ("ioi", "arithmetic"), 
 ABLATIONS = ("patching", "mean")
 #: How circuits are picked from the scores: top signed scores (CPR), top absolute scores (CMD).
 CRITERIA = ("signed", "absolute")
+#: The options of a circuit track run (`neuroneval.torch.circuits.circuit_track`, `neuroneval
+#: circuits run`): examples, integration steps, batches, the ablation, the seed, the digit-pair
+#: model's training.
+CIRCUIT_TRACK_OPTIONS = Options(
+    Option("n_score", "integer", 16, "examples that score the edges", low=1, metavar="N"),
+    Option("n_eval", "integer", 192, "examples that evaluate circuits", low=1, metavar="N"),
+    Option("steps", "integer", 5, "integration steps of EAP-IG on inputs", low=1, metavar="N"),
+    Option(
+        "activation_steps",
+        "integer",
+        2,
+        "integration steps of EAP-IG on activations, (1 + 2 layers) passes each",
+        low=1,
+        metavar="N",
+    ),
+    Option("batch_size", "integer", 32, "examples per pass", low=1, metavar="N"),
+    Option(
+        "ablation",
+        "choice",
+        "patching",
+        "how an edge outside the circuit is ablated: patching, where it reads the counterfactual run, or mean",
+        choices=ABLATIONS,
+        metavar="KIND",
+    ),
+    SCORE_OPTIONS["seed"],
+    Option(
+        "train_steps",
+        "integer",
+        1500,
+        "training steps of the digit-pair model; ignored for smollm2",
+        low=1,
+        metavar="N",
+    ),
+)
 CIRCUIT_RUN_FILE = "circuit_run.json"
 CURVES_FILE = "curves.csv"
 SCORES_DIR = "scores"

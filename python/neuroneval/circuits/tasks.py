@@ -52,8 +52,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._coerce import as_index_array, check_integer, check_seed, check_sequence
+from .._coerce import as_index_array, check_integer, check_sequence
 from ..errors import EmptyInputError, ParameterError, ShapeError
+from ..options import SCORE_OPTIONS, Option, Options
 
 __all__ = [
     "ARITHMETIC_TEMPLATES",
@@ -62,6 +63,7 @@ __all__ = [
     "IOI_PLACES",
     "IOI_TEMPLATES",
     "TASKS",
+    "TASK_OPTIONS",
     "TaskExample",
     "TokenizedTask",
     "arithmetic_examples",
@@ -201,7 +203,19 @@ def _count(n: Any) -> int:
     return check_integer(n, "n", minimum=1)
 
 
-def ioi_examples(n: int, *, seed: int = 0) -> list[TaskExample]:
+#: The options of the task generators (`ioi_examples`, `arithmetic_examples`).
+TASK_OPTIONS = Options(
+    SCORE_OPTIONS["seed"],
+    Option(
+        "answer_space",
+        "flag",
+        True,
+        "the answer carries the space before it (for tokenizers that join a space to the digit after it)",
+    ),
+)
+
+
+def ioi_examples(n: int, *, seed: int | None = None) -> list[TaskExample]:
     """`n` indirect-object-identification examples with MIB's s2-io counterfactual.
 
     Each draws a template of `IOI_TEMPLATES`, the ABBA or BABA order (even odds), two distinct names of
@@ -212,9 +226,10 @@ def ioi_examples(n: int, *, seed: int = 0) -> list[TaskExample]:
     Raises
     ------
     ParameterError
-        `n` not an integer >= 1, or `seed` not an integer in [0, 2^64).
+        `n` not an integer >= 1, or `seed` (`TASK_OPTIONS`) out of its domain.
     """
-    count, rng = _count(n), np.random.default_rng(check_seed(seed))
+    count = _count(n)
+    rng = np.random.default_rng(TASK_OPTIONS.only("seed").resolve(seed=seed)["seed"])
     out = []
     for _ in range(count):
         template = IOI_TEMPLATES[int(rng.integers(len(IOI_TEMPLATES)))]
@@ -228,7 +243,7 @@ def ioi_examples(n: int, *, seed: int = 0) -> list[TaskExample]:
     return out
 
 
-def arithmetic_examples(n: int, *, seed: int = 0, answer_space: bool = True) -> list[TaskExample]:
+def arithmetic_examples(n: int, *, seed: int | None = None, answer_space: bool | None = None) -> list[TaskExample]:
     """`n` two-operand addition examples, operands 0..9 with a single-digit sum.
 
     Each draws a template of `ARITHMETIC_TEMPLATES`, a sum (0..9, even odds) and its first operand (0..the
@@ -244,12 +259,12 @@ def arithmetic_examples(n: int, *, seed: int = 0, answer_space: bool = True) -> 
     Raises
     ------
     ParameterError
-        `n` not an integer >= 1, `seed` not an integer in [0, 2^64), `answer_space` not a bool.
+        `n` not an integer >= 1, or `seed` or `answer_space` (`TASK_OPTIONS`) out of its domain.
     """
-    count, rng = _count(n), np.random.default_rng(check_seed(seed))
-    if not isinstance(answer_space, (bool, np.bool_)):
-        raise ParameterError(f"answer_space must be True or False; got {answer_space!r}")
-    tail, lead = ("", " ") if answer_space else (" ", "")
+    count = _count(n)
+    options = TASK_OPTIONS.resolve(seed=seed, answer_space=answer_space)
+    rng = np.random.default_rng(options["seed"])
+    tail, lead = ("", " ") if options["answer_space"] else (" ", "")
     out = []
     for _ in range(count):
         template = ARITHMETIC_TEMPLATES[int(rng.integers(len(ARITHMETIC_TEMPLATES)))] + tail

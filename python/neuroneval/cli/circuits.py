@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from neuroneval.circuits.results import (
-    ABLATIONS,
     CIRCUIT_METHODS,
     CIRCUIT_MODELS,
     CIRCUIT_RUN_FILE,
+    CIRCUIT_TRACK_OPTIONS,
     CURVES_FILE,
     SCORES_DIR,
     CircuitRun,
@@ -28,7 +28,7 @@ from neuroneval.errors import ParameterError, SourceError
 from neuroneval.files import check_writable
 from neuroneval.progress import Progress
 
-from .common import align, count, non_negative_int, output_dir, positive_int
+from .common import align, count, output_dir
 
 #: The models `run` knows and the tasks each runs (the first is the default).
 MODELS = CIRCUIT_MODELS
@@ -120,45 +120,11 @@ def _add_run(steps: Any) -> None:
     p.add_argument(
         "--method",
         type=method_list,
-        default=["all"],
         metavar="LIST",
         help=f"all (default) or comma-separated methods: {', '.join(CIRCUIT_METHODS)}; all leaves out exact "
         "for smollm2 (one patched run per edge)",
     )
-    p.add_argument(
-        "--n-score", type=positive_int, default=16, metavar="N", help="examples that score the edges (default 16)"
-    )
-    p.add_argument(
-        "--n-eval", type=positive_int, default=192, metavar="N", help="examples that evaluate circuits (default 192)"
-    )
-    p.add_argument(
-        "--steps", type=positive_int, default=5, metavar="N", help="integration steps of EAP-IG on inputs (default 5)"
-    )
-    p.add_argument(
-        "--activation-steps",
-        type=positive_int,
-        default=2,
-        metavar="N",
-        help="integration steps of EAP-IG on activations, (1 + 2 layers) passes each (default 2)",
-    )
-    p.add_argument("--batch-size", type=positive_int, default=32, metavar="N", help="examples per pass (default 32)")
-    p.add_argument(
-        "--ablation",
-        type=_choice("ablation", ABLATIONS),
-        default="patching",
-        metavar="KIND",
-        help="patching (default: edges outside the circuit read the counterfactual run) or mean",
-    )
-    p.add_argument(
-        "--seed", type=non_negative_int, default=0, help="seeds the examples and the random method (default 0)"
-    )
-    p.add_argument(
-        "--train-steps",
-        type=positive_int,
-        default=1500,
-        metavar="N",
-        help="training steps of the digit-pair model (default 1500; ignored for smollm2)",
-    )
+    CIRCUIT_TRACK_OPTIONS.add_arguments(p)
     p.add_argument("--out", required=True, type=output_dir, metavar="DIR", help="the run directory to write")
     p.add_argument("--quiet", action="store_true", help="no progress and no summary")
     p.set_defaults(command=run)
@@ -234,7 +200,7 @@ class _Stages:
 
 
 def _methods(args: argparse.Namespace) -> tuple[str, ...]:
-    return ALL_METHODS[args.model] if args.method == ["all"] else tuple(args.method)
+    return ALL_METHODS[args.model] if args.method in (None, ["all"]) else tuple(args.method)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -243,6 +209,8 @@ def run(args: argparse.Namespace) -> int:
         raise ParameterError(
             f"--task {task} is not a task of --model {args.model}; it runs {', '.join(MODELS[args.model])}"
         )
+    # checked before torch is imported and the model loaded; the defaults are the declared ones
+    options = CIRCUIT_TRACK_OPTIONS.resolve(**CIRCUIT_TRACK_OPTIONS.from_args(args))
     out = Path(args.out)
     check_writable(out)
     circuit_track = _circuit_track()
@@ -252,14 +220,7 @@ def run(args: argparse.Namespace) -> int:
             model=args.model,
             task=task,
             methods=_methods(args),
-            n_score=args.n_score,
-            n_eval=args.n_eval,
-            steps=args.steps,
-            activation_steps=args.activation_steps,
-            batch_size=args.batch_size,
-            ablation=args.ablation,
-            seed=args.seed,
-            train_steps=args.train_steps,
+            **options,
             progress=stages,
         )
     except ModuleNotFoundError as e:  # a package the model needs, imported as it loads (transformers)

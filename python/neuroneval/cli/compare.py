@@ -11,8 +11,9 @@ import polars as pl
 
 from neuroneval import compare as comparison
 from neuroneval import label as judges
+from neuroneval.compare import COMPARE_OPTIONS
 from neuroneval.errors import ParameterError
-from neuroneval.params import DEFAULT_ALPHA
+from neuroneval.label import JUDGE_OPTIONS
 
 from .common import (
     Excludes,
@@ -20,13 +21,11 @@ from .common import (
     add_activations,
     add_threads,
     names_list,
-    non_negative_int,
     not_empty,
-    open_fraction,
     output_dir,
     threads,
 )
-from .label import _add_judge_options, _cache, _judge, add_judging_options
+from .label import _add_judge_options, _cache, _judge, add_judging_options, judging_options
 
 RULES = (
     Needs((), ("--concepts", "--judge"), "give the concepts (--concepts FILE) or a judge to make them (--judge NAME)"),
@@ -87,19 +86,7 @@ def add(commands: Any) -> None:
         metavar="LIST",
         help=f"comma-separated metric names (default {','.join(comparison.DEFAULT_METRICS)}); the first leads",
     )
-    p.add_argument(
-        "--alpha",
-        type=float,
-        default=DEFAULT_ALPHA,
-        help=f"top-alpha fraction of the binary metrics, in (0, 1] (default {DEFAULT_ALPHA})",
-    )
-    p.add_argument(
-        "--n-boot", type=non_negative_int, default=1000, metavar="B", help="bootstrap resamples (default 1000)"
-    )
-    p.add_argument(
-        "--confidence", type=open_fraction, default=0.95, metavar="LEVEL", help="interval level (default 0.95)"
-    )
-    p.add_argument("--seed", type=non_negative_int, default=0, help="seeds every draw (default 0)")
+    COMPARE_OPTIONS.but("baselines").add_arguments(p)
     p.add_argument("--no-baselines", action="store_true", help="leave out the random and shuffled baselines")
     p.add_argument("--out", required=True, type=output_dir, metavar="DIR", help="the directory to write into")
     # The SAE whose latents are the units, for the SAEBench eval output.
@@ -128,9 +115,10 @@ def add(commands: Any) -> None:
 
 
 def _judged_concepts(args: argparse.Namespace, table: pl.DataFrame) -> np.ndarray:
+    judging = judging_options(args)
     judge = _judge(args)
-    inputs = judges.read_inputs(args.inputs, column=args.column)
-    options = {"cache": _cache(args), "batch_size": args.batch_size, "progress": not args.quiet}
+    inputs = judges.read_inputs(args.inputs, column=judging["column"])
+    options = {"cache": _cache(args), "batch_size": judging["batch_size"], "progress": not args.quiet}
     concepts, labels = comparison.judged_concepts(judge, inputs, table, **options)
     if not args.quiet:
         print(f"{judge.name}: {labels.stats.summary()}", flush=True)
@@ -145,6 +133,10 @@ def _explanations(args: argparse.Namespace) -> pl.DataFrame:
 
 
 def run(args: argparse.Namespace) -> int:
+    # every option checked before any file is read or any input judged
+    options = COMPARE_OPTIONS.resolve(**{**COMPARE_OPTIONS.from_args(args), "baselines": not args.no_baselines})
+    judging_options(args)
+    JUDGE_OPTIONS.resolve(**JUDGE_OPTIONS.from_args(args))
     sae_cfg = comparison.read_sae_config(args.sae_config) if args.sae_config is not None else None
     table = _explanations(args)
     with threads(args.threads):
@@ -154,12 +146,8 @@ def run(args: argparse.Namespace) -> int:
             table,
             concepts,
             metrics=args.metrics,
-            alpha=args.alpha,
             unit_names=args.unit_names,
-            baselines=not args.no_baselines,
-            n_boot=args.n_boot,
-            confidence=args.confidence,
-            seed=args.seed,
+            **options,
         )
     written = result.write(
         args.out, sae_lens_release_id=args.sae_release, sae_lens_id=args.sae_id, sae_cfg_dict=sae_cfg

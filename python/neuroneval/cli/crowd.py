@@ -8,9 +8,9 @@ import math
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -20,7 +20,6 @@ from neuroneval import crowd
 from neuroneval.errors import ParameterError, ShapeError, SourceError
 from neuroneval.files import write_files_atomic
 from neuroneval.indices import read_pairs
-from neuroneval.params import ScoreParams
 from neuroneval.sources import Source, input_file, open_activations, open_concepts
 
 from .common import (
@@ -33,65 +32,23 @@ from .common import (
     align,
     chart_wanted,
     check_fits,
-    checked,
     count,
-    non_negative_int,
-    open_fraction,
     output_dir,
     output_file,
     output_file_problem,
-    positive_int,
-    positive_number,
-    share,
     table_writer,
     write_table,
     write_together,
 )
 from .label import add_crowd_judge
 
-_DEFAULT_ETA = 0.23
-_DEFAULT_PRIOR = 0.05
-_DEFAULT_GAMMA = 0.2
-
-
 # --------------------------------------------------------------------------- converters
 
 
-#: --eta of `simulate`: a rate in (0, 0.5).
-error_rate = checked(float, lambda v: 0.0 < v < 0.5, "be a number in (0, 0.5)")
-
-
-def error_rate_or_estimate(text: str) -> float | Literal["estimate"]:
-    """--eta of `aggregate`: a rate in (0, 0.5), or the word 'estimate'."""
-    if text.strip() == "estimate":
-        return "estimate"
-    return _inside(text, 0.5, "a number in (0, 0.5) or 'estimate'")
-
-
-def prior_or_model(text: str) -> float | Literal["model"]:
-    """--prior: a probability in (0, 1), or 'model'."""
-    if text.strip() == "model":
-        return "model"
-    return _inside(text, 1.0, "a number in (0, 1) or 'model'")
-
-
-def _inside(text: str, high: float, expected: str) -> float:
-    """A number in (0, high)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be {expected}; got {text!r}") from None
-    if not 0.0 < value < high:
-        raise argparse.ArgumentTypeError(f"must be {expected}; got {value:g}")
-    return value
-
-
 def count_list(text: str) -> list[int]:
-    """--raters of `simulate`: comma-separated integers >= 1, returned sorted without repeats."""
-    values = budget_list(text)
-    if values[0] < 1:
-        raise argparse.ArgumentTypeError(f"must be integers of at least 1; got {values[0]} in {text!r}")
-    return values
+    """--raters of `simulate`: comma-separated integers, returned sorted without repeats (each is
+    checked where the library checks raters_per_input)."""
+    return budget_list(text)
 
 
 def configuration_list(text: str) -> list[tuple[str, str]]:
@@ -159,8 +116,15 @@ def _add_model_and_pairs(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_raters(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--raters", type=positive_int, default=3, metavar="N", help="raters per shown input (default 3)")
+@dataclass(frozen=True)
+class _AtLeastRaters(AtLeast):
+    """`AtLeast` against --raters, whose flag is None when not given: its declared default stands
+    in. A --raters outside its domain passes here; the library refuses it, naming it."""
+
+    def violation(self, args: argparse.Namespace) -> str | None:
+        raters = args.raters_per_input
+        default = crowd.PLAN_OPTIONS["raters_per_input"].default
+        return super().violation(argparse.Namespace(**vars(args), raters=default if raters is None else raters))
 
 
 def _add_plan(steps: Any) -> None:
@@ -175,34 +139,23 @@ def _add_plan(steps: Any) -> None:
             "`estimate`) and the task table for a crowdsourcing platform (task, pair, unit, unit_name, "
             "concept, explanation, input, raters)."
         ),
-        rules=(AtLeast("--budget", "--raters", "--budget must be at least --raters ({bound}); got {value}"),),
+        rules=(_AtLeastRaters("--budget", "--raters", "--budget must be at least --raters ({bound}); got {value}"),),
     )
     add_activations(p)
     _add_model_and_pairs(p)
     p.add_argument("--budget", required=True, type=int, metavar="N", help="ratings per pair (at least --raters)")
-    _add_raters(p)
+    crowd.PLAN_OPTIONS["raters_per_input"].add_argument(p)
     sampling = p.add_mutually_exclusive_group()
-    sampling.add_argument(
-        "--gamma",
-        type=share,
-        default=_DEFAULT_GAMMA,
-        help=f"MG-IS: share of uniform sampling mixed in, in (0, 1] (default {_DEFAULT_GAMMA}; 1 is uniform)",
-    )
+    crowd.PLAN_OPTIONS["gamma"].add_argument(sampling)
     sampling.add_argument("--uniform", action="store_true", help="draw uniformly instead of by MG-IS")
-    p.add_argument("--seed", type=int, default=0, help="seed of the draws (default 0)")
+    crowd.PLAN_OPTIONS["seed"].add_argument(p)
     p.add_argument("--unit-names", metavar="FILE", help="unit names, one per line (for the task table)")
     p.add_argument(
         "--explanations",
         metavar="FILE",
         help="the explanations' texts, one per line (default: CONCEPT_MODEL's names, else 'concept T')",
     )
-    p.add_argument(
-        "--batch-size",
-        type=positive_int,
-        default=20,
-        metavar="N",
-        help="inputs per task of the task table (default 20)",
-    )
+    crowd.TASK_OPTIONS.add_arguments(p)
     p.add_argument(
         "--out", required=True, type=output_file(".parquet"), metavar="PLAN", help="the plan to write (.parquet)"
     )
@@ -213,6 +166,16 @@ def _add_plan(steps: Any) -> None:
         help="the task table to write (.csv or .parquet; default: <PLAN stem>-tasks.csv beside the plan)",
     )
     p.set_defaults(command=plan)
+
+
+#: The aggregations that take --eta and --prior (BRAgg's), as `Needs` reads --method: a value, or
+#: None (not given) where the declared default is one of them.
+_BRAGG_METHODS = ("bragg", "debiased", "composite")
+_TAKE_ETA = tuple(
+    ("--method", m)
+    for m in (*_BRAGG_METHODS, None)
+    if m is not None or crowd.AGGREGATE_OPTIONS["method"].default in _BRAGG_METHODS
+)
 
 
 def _add_aggregate(steps: Any) -> None:
@@ -230,7 +193,7 @@ def _add_aggregate(steps: Any) -> None:
         rules=(
             Needs(
                 ("--eta", "--prior"),
-                (("--method", "bragg"), ("--method", "debiased"), ("--method", "composite")),
+                _TAKE_ETA,
                 "{given}: only for --method bragg, debiased or composite",
             ),
             Needs(("--rater-rates",), (("--eta", "estimate"),), "--rater-rates needs --eta estimate"),
@@ -242,27 +205,7 @@ def _add_aggregate(steps: Any) -> None:
         help="a .csv or .parquet table, one row per vote: pair, input, vote (0/1), and rater (for --eta estimate)",
     )
     p.add_argument("--plan", required=True, metavar="PLAN", help="the plan written by `crowd plan`")
-    p.add_argument(
-        "--method",
-        choices=crowd.METHODS,
-        default="bragg",
-        help="bragg (default), majority, mean, debiased or composite",
-    )
-    p.add_argument(
-        "--eta",
-        type=error_rate_or_estimate,
-        metavar="RATE",
-        help=(
-            f"BRAgg: the raters' error rate, in (0, 0.5) (default {_DEFAULT_ETA}), or 'estimate' to fit each "
-            "rater's own rate (one-coin Dawid-Skene; needs a rater column)"
-        ),
-    )
-    p.add_argument(
-        "--prior",
-        type=prior_or_model,
-        metavar="P",
-        help=f"BRAgg: the prior that the concept is present, in (0, 1) (default {_DEFAULT_PRIOR}), or 'model' for the concept model's probability",
-    )
+    crowd.AGGREGATE_OPTIONS.only("method", "eta", "prior").add_arguments(p)
     p.add_argument(
         "--out",
         required=True,
@@ -298,37 +241,7 @@ def _add_estimate(steps: Any) -> None:
         metavar="LABELS",
         help="the labels written by `crowd aggregate` (.csv or .parquet: pair, input, label)",
     )
-    p.add_argument(
-        "--estimator",
-        choices=crowd.ESTIMATORS,
-        default="plug-in",
-        help=(
-            "plug-in (default, SPEC's), debiased (labels of `aggregate --method debiased`: S1 / sqrt(p (1 - p))) "
-            "composite (labels of `aggregate --method composite`) or pearson (the draws' weighted Pearson "
-            "correlation: for soft labels such as a judge's probabilities)"
-        ),
-    )
-    p.add_argument(
-        "--self-normalised",
-        action="store_true",
-        help="divide by the sum of the weights instead of the number of draws",
-    )
-    p.add_argument(
-        "--interval",
-        choices=("bootstrap", "delta", "fisher"),
-        default=None,
-        help="bootstrap (percentile interval; the default), delta (the delta method: rho +- z SE; the composite's "
-        "default) or fisher (Fisher's z at Kish's effective size; the pearson estimator's default)",
-    )
-    p.add_argument("--level", type=open_fraction, default=0.95, help="confidence level, in (0, 1) (default 0.95)")
-    p.add_argument(
-        "--bootstrap",
-        type=non_negative_int,
-        default=2000,
-        metavar="N",
-        help="bootstrap resamples (default 2000; 0: none)",
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    crowd.ESTIMATE_OPTIONS.add_arguments(p)
     add_table_out(p)
     p.set_defaults(command=estimate)
 
@@ -345,7 +258,7 @@ def _add_simulate(steps: Any) -> None:
             "configuration needs to reach --target."
         ),
         rules=(
-            AtLeast(
+            _AtLeastRaters(
                 "--budgets", "--raters", "--budgets must all be at least the smallest --raters ({bound}); got {value}"
             ),
         ),
@@ -364,18 +277,16 @@ def _add_simulate(steps: Any) -> None:
         metavar="LIST",
         help="comma-separated ratings per pair, e.g. 60,120,240,480",
     )
+    options = crowd.SIMULATE_OPTIONS
+    options["eta"].add_argument(p)
+    raters = options["raters_per_input"]
     p.add_argument(
-        "--eta",
-        type=error_rate,
-        default=_DEFAULT_ETA,
-        help=f"simulated raters' error rate, in (0, 0.5) (default {_DEFAULT_ETA})",
-    )
-    p.add_argument(
-        "--raters",
+        raters.flag,
+        dest=raters.name,
         type=count_list,
-        default=[3],
+        default=None,
         metavar="LIST",
-        help="raters per shown input, one number or a comma-separated list to compare (default 3)",
+        help=replace(raters, help=f"{raters.help}: one number, or a comma-separated list to compare").help_text(),
     )
     p.add_argument(
         "--configurations",
@@ -387,28 +298,7 @@ def _add_simulate(steps: Any) -> None:
             "debiased (default: uniform+majority,uniform+bragg,mgis+majority,mgis+bragg)"
         ),
     )
-    p.add_argument(
-        "--trials",
-        type=positive_int,
-        default=20,
-        metavar="N",
-        help="trials per configuration and budget (default 20)",
-    )
-    p.add_argument(
-        "--gamma",
-        type=share,
-        default=_DEFAULT_GAMMA,
-        help=f"MG-IS: share of uniform sampling mixed in, in (0, 1] (default {_DEFAULT_GAMMA})",
-    )
-    p.add_argument(
-        "--prior",
-        type=prior_or_model,
-        default=_DEFAULT_PRIOR,
-        metavar="P",
-        help=f"BRAgg's prior, in (0, 1) (default {_DEFAULT_PRIOR}), or 'model' for the concept model's probability",
-    )
-    p.add_argument("--target", type=positive_number, default=0.275, help="the RCE to reach, > 0 (default 0.275)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the draws and the simulated votes (default 0)")
+    options.only("trials", "gamma", "prior", "target", "seed").add_arguments(p)
     p.add_argument(
         "--out", type=output_dir, metavar="DIR", help="write rce.csv, needed.csv and rce.png into this directory"
     )
@@ -466,7 +356,10 @@ def _prior_text(prior: float | str) -> str:
 
 
 def plan(args: argparse.Namespace) -> int:
-    ScoreParams(seed=args.seed)  # the one seed rule, checked before any work
+    # Every option checked before any work, where the library checks it.
+    given = crowd.PLAN_OPTIONS.from_args(args) | {"sampling": "uniform" if args.uniform else None}
+    options = crowd.PLAN_OPTIONS.resolve(**given)
+    batch_size = crowd.TASK_OPTIONS.resolve(**crowd.TASK_OPTIONS.from_args(args))["batch_size"]
     out: Path = args.out
     tasks_out: Path | None = args.tasks
     if tasks_out is None:
@@ -483,7 +376,7 @@ def plan(args: argparse.Namespace) -> int:
     check_fits(8 * acts.n_rows * (units.size + concepts.size), "crowd plan")
     # Seven 8-byte columns per draw, held twice (the draws and the plan's table).
     check_fits(
-        2 * 7 * 8 * len(pairs) * (args.budget // args.raters),
+        2 * 7 * 8 * len(pairs) * (args.budget // options["raters_per_input"]),
         "crowd plan",
         holds="",
         remedy="use a smaller --budget",
@@ -495,47 +388,46 @@ def plan(args: argparse.Namespace) -> int:
         acts.dense(units),
         model.dense(concepts),
         args.budget,
-        raters_per_input=args.raters,
-        gamma=args.gamma,
-        sampling="uniform" if args.uniform else "mgis",
-        seed=args.seed,
+        **options,
         # crowd.plan's default names, of the original indices.
         unit_names=[f"unit {k}" if acts.names is None else acts.names[k] for k in units],
         explanations=[f"concept {t}" if model.names is None else model.names[t] for t in concepts],
     )
     result = replace(result, pairs=_original_pairs(result.pairs, pairs))
-    tasks = result.tasks(args.batch_size)
+    tasks = result.tasks(batch_size)
     write_together([(out, result.write), (tasks_out, table_writer(tasks, tasks_out))])
-    print(_plan_summary(result, args, out, tasks_out, tasks), flush=True)
+    print(_plan_summary(result, args.budget, options["seed"], batch_size, out, tasks_out, tasks), flush=True)
     return 0
 
 
-def _plan_summary(result: crowd.Plan, args: argparse.Namespace, out: Path, tasks_out: Path, tasks: pl.DataFrame) -> str:
+def _plan_summary(
+    result: crowd.Plan, budget: int, seed: int, batch_size: int, out: Path, tasks_out: Path, tasks: pl.DataFrame
+) -> str:
     shown = result.inputs().group_by("pair", maintain_order=True).len("inputs")
     table = result.pairs.join(shown, on="pair", how="left", maintain_order="left")
-    draws = args.budget // args.raters
-    how = "uniform sampling" if args.uniform else f"MG-IS (gamma {result.gamma:g})"
+    raters = result.raters_per_input
+    how = "uniform sampling" if result.sampling == "uniform" else f"MG-IS (gamma {result.gamma:g})"
     lines = [
-        f"planned {count(result.pairs.height, 'pair')} over {result.n_inputs:,} inputs by {how}, seed {args.seed}: "
-        f"{count(draws, 'draw')} per pair, {count(args.raters, 'rater')} per shown input",
+        f"planned {count(result.pairs.height, 'pair')} over {result.n_inputs:,} inputs by {how}, seed {seed}: "
+        f"{count(budget // raters, 'draw')} per pair, {count(raters, 'rater')} per shown input",
     ]
     head = ["pair", "unit", "explanation", "distinct inputs", "ratings"]
     rows = [
-        [str(r["pair"]), r["unit_name"], r["explanation"], f"{r['inputs']:,}", f"{r['inputs'] * args.raters:,}"]
+        [str(r["pair"]), r["unit_name"], r["explanation"], f"{r['inputs']:,}", f"{r['inputs'] * raters:,}"]
         for r in table.head(SUMMARY_UNITS).iter_rows(named=True)
     ]
     lines.append(align(head, rows, left=3))
     if table.height > SUMMARY_UNITS:
         lines.append(f"... and {table.height - SUMMARY_UNITS:,} more pairs")
-    per_pair = table["inputs"] * args.raters
+    per_pair = table["inputs"].to_numpy() * raters
     lines.append(
         f"ratings needed: {result.ratings_needed():,} in all, {int(per_pair.min()):,} to {int(per_pair.max()):,} "
-        f"per pair (budget {args.budget:,} per pair; repeated inputs are rated once)"
+        f"per pair (budget {budget:,} per pair; repeated inputs are rated once)"
     )
     n_tasks = tasks["task"].n_unique()
     lines.append(f"wrote the plan to {out}")
     lines.append(
-        f"wrote {count(n_tasks, 'task')} (at most {args.batch_size:,} inputs each, {tasks.height:,} rows) to {tasks_out}"
+        f"wrote {count(n_tasks, 'task')} (at most {batch_size:,} inputs each, {tasks.height:,} rows) to {tasks_out}"
     )
     return "\n".join(lines)
 
@@ -544,8 +436,8 @@ def _plan_summary(result: crowd.Plan, args: argparse.Namespace, out: Path, tasks
 
 
 def aggregate(args: argparse.Namespace) -> int:
-    eta = _DEFAULT_ETA if args.eta is None else args.eta
-    prior = _DEFAULT_PRIOR if args.prior is None else args.prior
+    options = crowd.AGGREGATE_OPTIONS.resolve(**crowd.AGGREGATE_OPTIONS.from_args(args))  # before any work
+    method, eta, prior = options["method"], options["eta"], options["prior"]
     out: Path = args.out
     rates_out: Path | None = args.rater_rates
     if rates_out is not None:
@@ -554,19 +446,19 @@ def aggregate(args: argparse.Namespace) -> int:
     if eta == "estimate" and "rater" not in ratings.columns:
         raise ParameterError(f"--eta estimate needs a rater column in {args.ratings}; it has {ratings.columns}")
     the_plan = _read_plan(args.plan)
-    labels = crowd.aggregate(ratings, args.method, eta=eta, prior=prior, plan=the_plan)
+    labels = crowd.aggregate(ratings, **options, plan=the_plan)
     rates = crowd.rater_error_rates(ratings, prior=prior, plan=the_plan) if eta == "estimate" else None
     writes = [(out, table_writer(labels, out))]
     if rates is not None and rates_out is not None:
         writes.append((rates_out, table_writer(rates, rates_out)))
     write_together(writes)
 
-    if args.method in ("bragg", "debiased", "composite"):
+    if method in _BRAGG_METHODS:
         rate = "eta fitted per rater" if eta == "estimate" else f"eta {eta:g}"
-        kind = {"bragg": "BRAgg", "debiased": "debiased BRAgg", "composite": "BRAgg and debiased BRAgg"}[args.method]
+        kind = {"bragg": "BRAgg", "debiased": "debiased BRAgg", "composite": "BRAgg and debiased BRAgg"}[method]
         how = f"{kind} ({rate}, prior {_prior_text(prior)})"
     else:
-        how = f"the {args.method} vote"
+        how = f"the {method} vote"
     n_votes = int(labels["votes"].sum())
     lines = [
         f"aggregated {count(n_votes, 'vote')} into {count(labels.height, 'label')} "
@@ -592,46 +484,39 @@ def aggregate(args: argparse.Namespace) -> int:
 
 
 def estimate(args: argparse.Namespace) -> int:
-    ScoreParams(seed=args.seed)  # the one seed rule, checked before any work
+    options = crowd.ESTIMATE_OPTIONS.resolve(**crowd.ESTIMATE_OPTIONS.from_args(args))  # before any work
+    level, resamples, estimator = options["level"], options["bootstrap"], options["estimator"]
     out: Path | None = args.out
     the_plan = _read_plan(args.plan)
     labels = _read_table(args.labels, "labels")
     # The bootstrap of the largest pair: an index, three values and their stacked terms per resampled draw.
     largest = int(the_plan.draws.group_by("pair").len()["len"].max())  # type: ignore[arg-type]
     check_fits(
-        10 * 8 * args.bootstrap * largest,
+        10 * 8 * resamples * largest,
         "crowd estimate",
         holds="",
         remedy="use a smaller --bootstrap",
         error=ParameterError,
     )
-    table = crowd.estimate(
-        the_plan,
-        labels,
-        estimator=args.estimator,
-        self_normalised=args.self_normalised,
-        interval=args.interval,
-        level=args.level,
-        bootstrap=args.bootstrap,
-        seed=args.seed,
-    )
+    table = crowd.estimate(the_plan, labels, **options)
     if out is not None:
         write_table(table, out)
     sampling = "uniform sampling" if the_plan.sampling == "uniform" else f"MG-IS (gamma {the_plan.gamma:g})"
-    weights = "self-normalised weights" if args.self_normalised else "weights 1 / (N q)"
-    if args.interval == "delta" or (args.interval is None and args.estimator == "composite"):
-        interval = f"{args.level:.0%} interval and SE by the delta method"
-    elif args.interval == "fisher" or (args.interval is None and args.estimator == "pearson"):
-        interval = f"{args.level:.0%} interval and SE by Fisher's z at Kish's effective sample size"
-    elif args.bootstrap:
+    weights = "self-normalised weights" if options["self_normalised"] else "weights 1 / (N q)"
+    kind = options["interval"] or crowd.default_interval(estimator)
+    if kind == "delta":
+        interval = f"{level:.0%} interval and SE by the delta method"
+    elif kind == "fisher":
+        interval = f"{level:.0%} interval and SE by Fisher's z at Kish's effective sample size"
+    elif resamples:
         interval = (
-            f"{args.level:.0%} percentile interval and SE from {args.bootstrap:,} bootstrap resamples, seed {args.seed}"
+            f"{level:.0%} percentile interval and SE from {resamples:,} bootstrap resamples, seed {options['seed']}"
         )
     else:
         interval = "no bootstrap"
-    labels_kind = "" if args.estimator == "plug-in" else f", the {args.estimator} estimator"
+    labels_kind = "" if estimator == "plug-in" else f", the {estimator} estimator"
     print(f"correlation of {count(table.height, 'pair')} from {sampling} with {weights}{labels_kind}; {interval}")
-    ci = f"{args.level:.0%} CI"
+    ci = f"{level:.0%} CI"
 
     def number(v: float) -> str:
         return "-" if math.isnan(v) else f"{v:.4f}"
@@ -661,7 +546,11 @@ def estimate(args: argparse.Namespace) -> int:
 
 
 def simulate(args: argparse.Namespace) -> int:
-    ScoreParams(seed=args.seed)  # the one seed rule, checked before any work
+    raters: list[int] | None = args.raters_per_input
+    # Every option checked before any work, where the library checks it; of --raters the
+    # smallest, which the memory check divides by (the library checks each).
+    given = crowd.SIMULATE_OPTIONS.from_args(args) | {"raters_per_input": None if raters is None else min(raters)}
+    options = crowd.SIMULATE_OPTIONS.resolve(**given)
     out: Path | None = args.out
     chart = chart_wanted(out, args.no_chart, "rce.png")
     acts = open_activations(args.activations)
@@ -681,7 +570,7 @@ def simulate(args: argparse.Namespace) -> int:
     check_fits(8 * acts.n_rows * (units.size + 2 * concepts.size), "crowd simulate")
     # Per pair and budget: the draws of every trial, their weights, labels and products.
     check_fits(
-        24 * 8 * args.trials * (max(args.budgets) // min(args.raters)),
+        24 * 8 * options["trials"] * (max(args.budgets) // options["raters_per_input"]),
         "crowd simulate",
         holds="",
         remedy="use smaller --budgets or fewer --trials",
@@ -694,14 +583,8 @@ def simulate(args: argparse.Namespace) -> int:
         model.dense(concepts),
         local,
         args.budgets,
-        eta=args.eta,
         configurations=args.configurations,
-        raters_per_input=args.raters,
-        trials=args.trials,
-        gamma=args.gamma,
-        prior=args.prior,
-        target=args.target,
-        seed=args.seed,
+        **options | {"raters_per_input": raters},
     )
     sim = replace(sim, pairs=_original_pairs(sim.pairs, pairs))
     needed = sim.needed()
@@ -715,18 +598,18 @@ def simulate(args: argparse.Namespace) -> int:
         if chart:
             files["rce.png"] = sim.plot
         written = write_files_atomic(out, files)
-    print(_simulate_summary(sim, needed, args), flush=True)
+    print(_simulate_summary(sim, needed, options), flush=True)
     if out is not None:
         print(f"wrote {', '.join(p.name for p in written)} to {out}", flush=True)
     return 0
 
 
-def _simulate_summary(sim: crowd.Simulation, needed: pl.DataFrame, args: argparse.Namespace) -> str:
+def _simulate_summary(sim: crowd.Simulation, needed: pl.DataFrame, options: dict[str, Any]) -> str:
     raters = ", ".join(map(str, sim.raters))
     lines = [
         f"simulated raters wrong with rate {sim.eta:g}, {raters} per shown input, "
-        f"{count(sim.pairs.height, 'pair')} x {count(sim.trials, 'trial')}; MG-IS gamma {args.gamma:g}, "
-        f"BRAgg prior {_prior_text(args.prior)}; seed {args.seed}",
+        f"{count(sim.pairs.height, 'pair')} x {count(sim.trials, 'trial')}; MG-IS gamma {options['gamma']:g}, "
+        f"BRAgg prior {_prior_text(options['prior'])}; seed {options['seed']}",
         "relative correlation error (mean |rho_hat - rho| / |rho|) per ratings budget per pair:",
     ]
     budgets = list(sim.budgets)

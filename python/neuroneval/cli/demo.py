@@ -6,7 +6,10 @@ The experiments are imported only when the command runs: nothing else in the too
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import Any
+
+from neuroneval.options import SCORE_OPTIONS
 
 from .common import output_dir
 
@@ -42,12 +45,12 @@ def add(commands: Any) -> None:
         type=output_dir,
         help="output directory (default: demo-out; demo-text-out, demo-label-out, demo-sae-out with --text, --label, --sae)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of everything (default: 0)")
+    replace(SCORE_OPTIONS["seed"], help="seed of everything").add_argument(p)
     p.set_defaults(command=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    argv = ["--seed", str(args.seed)]
+    argv = ["--seed", str(SCORE_OPTIONS.resolve(seed=args.seed)["seed"])]
     if args.out is not None:
         argv += ["--out", str(args.out)]
     if args.sae:

@@ -4,8 +4,8 @@ concept labels by judges (`neuroneval.label`)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -16,15 +16,40 @@ from neuroneval import label as judges
 from neuroneval.errors import ParameterError, SourceError
 from neuroneval.files import read_json, write_atomic
 from neuroneval.indices import read_pairs
-from neuroneval.label import server as judge_server
+from neuroneval.label import JUDGE_OPTIONS, LABEL_OPTIONS, LLM_OPTIONS, SERVER_OPTIONS, STUDY_OPTIONS
+from neuroneval.options import Option, Options
 from neuroneval.sources import open_activations
 
-from .common import checked, count, non_negative_int, output_file, positive_int, positive_number, write_table
+from .common import count, output_file, positive_int, write_table
 
 _JUDGES = ", ".join(judges.judge_names())
 _JUDGE_HELP = f"the judge: {_JUDGES}"
-port_number = checked(int, lambda v: 0 <= v <= 65535, "be a port number in 0..65535")
-price = checked(float, lambda v: math.isfinite(v) and v >= 0, "be a non-negative number")
+
+#: The options of the commands themselves: the name `judge-server` serves its model under and
+#: the environment variable of the key it requires (the library takes the key), and the cheap
+#: judge of `crowd judge` (the library takes a judge, not its name).
+COMMAND_OPTIONS = Options(
+    Option("model_name", "text", "smollm2", "the model's name at the endpoint", flag="--name", metavar="NAME"),
+    Option(
+        "api_key_env",
+        "text",
+        None,
+        "require the key held in this environment variable; none requires no key",
+        optional=True,
+        metavar="NAME",
+    ),
+    Option(
+        "cheap",
+        "text",
+        "minilm",
+        f"the cheap judge, which labels every input to guide the draws; one of {_JUDGES}",
+        metavar="JUDGE",
+    ),
+)
+#: The options of how inputs are judged that the judging commands take (`LABEL_OPTIONS`).
+_JUDGING = ("column", "batch_size")
+#: The options of the model `judge-server` serves (its batches are the server's: one request at a time).
+_MODEL = LLM_OPTIONS.only("device", "dtype")
 
 
 def add(commands: Any) -> None:
@@ -43,23 +68,8 @@ def _add_judge_options(
 ) -> None:
     """The judge and its options; `default` makes the judge optional (`compare` labels only with one)."""
     p.add_argument(option, required=default is None, default=default, metavar="JUDGE", help=judge_help)
-    p.add_argument("--base-url", metavar="URL", help="an openai:MODEL judge's endpoint (default $OPENAI_BASE_URL)")
-    p.add_argument(
-        "--api-key-env",
-        default="OPENAI_API_KEY",
-        metavar="NAME",
-        help="the environment variable holding the endpoint's API key (default OPENAI_API_KEY)",
-    )
-    p.add_argument("--concurrency", type=positive_int, default=8, metavar="N", help="requests in flight (default 8)")
-    p.add_argument(
-        "--price",
-        type=price,
-        default=0.0,
-        metavar="PER_MILLION",
-        help="the endpoint's price per million tokens, for the cost estimate (default 0)",
-    )
+    JUDGE_OPTIONS.add_arguments(p)
     p.add_argument("--checkpoint", metavar="FILE", help="a clip:ARCHITECTURE judge's weights")
-    p.add_argument("--device", default="cpu", help="where local models run (default cpu)")
     if calibration:
         p.add_argument("--calibration", metavar="FILE", help="a calibration (.json, from `neuroneval calibrate`)")
 
@@ -67,21 +77,21 @@ def _add_judge_options(
 def add_judging_options(p: argparse.ArgumentParser, *, when: str = "") -> None:
     """The options of how inputs are judged and kept (`label`'s, and `compare`'s `when` its --judge
     is given): the inputs table's column, the cache, the batch size."""
-    p.add_argument("--column", default="text", help=f"{when}the inputs table's text column (default text)")
+    column, batch_size = (dataclasses.replace(LABEL_OPTIONS[n], help=when + LABEL_OPTIONS[n].help) for n in _JUDGING)
+    column.add_argument(p)
     p.add_argument(
         "--cache",
         metavar="FILE",
         help=f"{when}the judgement cache, a SQLite file (default $NEURONEVAL_CACHE or {judges.default_cache_path()})",
     )
     p.add_argument("--no-cache", action="store_true", help=f"{when}judge every pair, store nothing")
-    p.add_argument(
-        "--batch-size",
-        type=positive_int,
-        default=32,
-        metavar="N",
-        help=f"{when}inputs handed to the judge at once, each batch stored in the cache as soon as it is judged "
-        "(default 32); the LLM judges run their own fixed batches of 16, so their results do not depend on it",
-    )
+    batch_size.add_argument(p)
+
+
+def judging_options(args: argparse.Namespace) -> dict[str, Any]:
+    """--column and --batch-size (`LABEL_OPTIONS`), checked before any input is read."""
+    options = LABEL_OPTIONS.only(*_JUDGING)
+    return options.resolve(**options.from_args(args))
 
 
 def _add_io(p: argparse.ArgumentParser) -> None:
@@ -149,58 +159,9 @@ def _add_server(commands: Any) -> None:
         ),
     )
     p.add_argument("--model", metavar="PATH", help="a GGUF file or model directory (default: SmolLM2-135M-Instruct)")
-    p.add_argument("--name", default="smollm2", help="the model's name at the endpoint (default smollm2)")
-    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
-    p.add_argument(
-        "--port",
-        type=port_number,
-        default=8000,
-        metavar="N",
-        help="the port, 0..65535 (default 8000; 0 picks a free one)",
-    )
-    p.add_argument("--device", default="cpu", help="where the model runs (default cpu)")
-    p.add_argument(
-        "--dtype",
-        choices=("float32", "float64"),
-        default="float32",
-        help="the model's precision (default float32; float64 is slower and batch-independent to 1e-12)",
-    )
-    p.add_argument(
-        "--max-waiting",
-        type=non_negative_int,
-        metavar="N",
-        help="answer 429 (with Retry-After) when N requests already wait for the model (default: no bound)",
-    )
-    p.add_argument("--api-key-env", metavar="NAME", help="require the key in this environment variable")
-    p.add_argument(
-        "--max-body-bytes",
-        type=positive_int,
-        default=judge_server.MAX_BODY_BYTES,
-        metavar="N",
-        help=f"answer 413 to a larger request body (default {judge_server.MAX_BODY_BYTES:,})",
-    )
-    p.add_argument(
-        "--max-prompt-tokens",
-        type=positive_int,
-        default=judge_server.MAX_PROMPT_TOKENS,
-        metavar="N",
-        help=f"answer 400 to a longer prompt, counted after the chat template (default {judge_server.MAX_PROMPT_TOKENS:,})",
-    )
-    p.add_argument(
-        "--read-timeout",
-        type=positive_number,
-        default=judge_server.READ_TIMEOUT,
-        metavar="SECONDS",
-        help="seconds for a request's head after its first byte, and for its body after the head; a client "
-        f"slower than that is answered 408 or disconnected (default {judge_server.READ_TIMEOUT:g})",
-    )
-    p.add_argument(
-        "--idle-timeout",
-        type=positive_number,
-        default=judge_server.IDLE_TIMEOUT,
-        metavar="SECONDS",
-        help=f"seconds a connection may stay open with no request in progress (default {judge_server.IDLE_TIMEOUT:g})",
-    )
+    COMMAND_OPTIONS.only("model_name", "api_key_env").add_arguments(p)
+    _MODEL.add_arguments(p)
+    SERVER_OPTIONS.add_arguments(p)
     p.set_defaults(command=run_server)
 
 
@@ -220,12 +181,7 @@ def add_crowd_judge(steps: Any) -> None:
     p.add_argument("activations", metavar="ACTIVATIONS", help="inputs x units, as ACTIVATIONS of `score`")
     _add_io(p)
     p.add_argument("--pairs", required=True, metavar="FILE", help="(unit, explanation) index pairs: a CSV unit,concept")
-    p.add_argument(
-        "--cheap",
-        default="minilm",
-        metavar="JUDGE",
-        help=f"the cheap judge, which labels every input to guide the draws (default minilm): {_JUDGES}",
-    )
+    COMMAND_OPTIONS["cheap"].add_argument(p)
     _add_judge_options(
         p,
         judge_help=f"the expensive judge, which labels only the drawn inputs (the one whose labels are estimated; "
@@ -234,16 +190,7 @@ def add_crowd_judge(steps: Any) -> None:
     p.add_argument(
         "--budget", type=positive_int, required=True, metavar="N", help="expensive judgements drawn per pair"
     )
-    p.add_argument(
-        "--seed",
-        type=non_negative_int,
-        default=0,
-        metavar="N",
-        help="the seed of the draws and the interval (default 0)",
-    )
-    p.add_argument(
-        "--verify", action="store_true", help="also judge every input with the expensive judge and report coverage"
-    )
+    STUDY_OPTIONS.only("seed", "verify").add_arguments(p)
     p.add_argument("--out", required=True, type=output_file(".csv", ".parquet"), metavar="FILE", help="the estimates")
     p.set_defaults(command=run_crowd_judge, resumes=True)
 
@@ -261,14 +208,7 @@ def _judge(args: argparse.Namespace, spec: str | None = None) -> judges.Judge:
         except ValueError as e:
             raise SourceError(f"{args.calibration} is not a calibration: {e}") from None
     return judges.make_judge(
-        spec or args.judge,
-        base_url=args.base_url,
-        api_key_env=args.api_key_env,
-        concurrency=args.concurrency,
-        price_per_million_tokens=args.price,
-        checkpoint=args.checkpoint,
-        device=args.device,
-        calibration=calibration,
+        spec or args.judge, **JUDGE_OPTIONS.from_args(args), checkpoint=args.checkpoint, calibration=calibration
     )
 
 
@@ -279,11 +219,12 @@ def _cache(args: argparse.Namespace) -> str | os.PathLike[str] | None:
 
 
 def run_label(args: argparse.Namespace) -> int:
+    options = judging_options(args)
     judge = _judge(args)
-    inputs = judges.read_inputs(args.inputs, column=args.column)
+    inputs = judges.read_inputs(args.inputs, column=options["column"])
     explanations = judges.read_explanations(args.explanations)
     result = judges.label(
-        judge, inputs, explanations, cache=_cache(args), batch_size=args.batch_size, progress=not args.quiet
+        judge, inputs, explanations, cache=_cache(args), batch_size=options["batch_size"], progress=not args.quiet
     )
     write_table(result.table(), args.out)
     if not args.quiet:
@@ -309,11 +250,12 @@ def _label_matrix(path: str, n: int, concepts: list[str]) -> np.ndarray:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    options = judging_options(args)
     judge = _judge(args)
-    inputs = judges.read_inputs(args.inputs, column=args.column)
+    inputs = judges.read_inputs(args.inputs, column=options["column"])
     explanations = judges.read_explanations(args.explanations)
     y = _label_matrix(args.labels, len(inputs), explanations["concept"].to_list())
-    fitted = judges.calibrate(judge, inputs, explanations, y, cache=_cache(args), batch_size=args.batch_size)
+    fitted = judges.calibrate(judge, inputs, explanations, y, cache=_cache(args), batch_size=options["batch_size"])
     c = fitted.calibration
     assert c is not None
     write_atomic(args.out, lambda tmp: tmp.write_text(json.dumps(c.to_dict(), indent=2) + "\n"))
@@ -323,34 +265,32 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 
 def run_server(args: argparse.Namespace) -> int:
+    # every option checked before the model is found or the port taken
+    own = COMMAND_OPTIONS.only("model_name", "api_key_env")
+    command = own.resolve(**own.from_args(args))
+    model = _MODEL.resolve(**_MODEL.from_args(args))
+    serving = SERVER_OPTIONS.resolve(**SERVER_OPTIONS.from_args(args))
+    name, key_env = command["model_name"], command["api_key_env"]
     api_key = None
-    if args.api_key_env:
-        api_key = os.environ.get(args.api_key_env)
+    if key_env:
+        api_key = os.environ.get(key_env)
         if not api_key:
-            raise ParameterError(f"--api-key-env {args.api_key_env}: that environment variable is not set")
+            raise ParameterError(f"--api-key-env {key_env}: that environment variable is not set")
     path = Path(args.model) if args.model else judges.smollm2_path()
-    judge = judges.LocalLLMJudge(path, name=args.name, device=args.device, dtype=args.dtype)
-    server = judges.JudgeServer(
-        judge,
-        host=args.host,
-        port=args.port,
-        model_name=args.name,
-        max_waiting=args.max_waiting,
-        api_key=api_key,
-        max_body_bytes=args.max_body_bytes,
-        max_prompt_tokens=args.max_prompt_tokens,
-        read_timeout=args.read_timeout,
-        idle_timeout=args.idle_timeout,
-    )
-    print(f"serving {args.name} ({path.name}) at {server.url}", flush=True)
+    judge = judges.LocalLLMJudge(path, name=name, **model)
+    server = judges.JudgeServer(judge, model_name=name, api_key=api_key, **serving)
+    print(f"serving {name} ({path.name}) at {server.url}", flush=True)
     server.serve_forever()
     return 0
 
 
 def run_crowd_judge(args: argparse.Namespace) -> int:
+    options = judging_options(args)
+    drawn = STUDY_OPTIONS.only("seed", "verify").resolve(seed=args.seed, verify=args.verify)
+    cheap_name = COMMAND_OPTIONS.only("cheap").resolve(cheap=args.cheap)["cheap"]
     expensive = _judge(args)
-    cheap = _judge(args, args.cheap) if args.cheap != args.judge else expensive
-    inputs = judges.read_inputs(args.inputs, column=args.column)
+    cheap = _judge(args, cheap_name) if cheap_name != args.judge else expensive
+    inputs = judges.read_inputs(args.inputs, column=options["column"])
     explanations = judges.read_explanations(args.explanations)
     acts = open_activations(args.activations).dense()
     pairs = read_pairs(args.pairs, n_units=acts.shape[1], n_concepts=explanations.height)
@@ -362,16 +302,16 @@ def run_crowd_judge(args: argparse.Namespace) -> int:
         cheap=cheap,
         expensive=expensive,
         budget=args.budget,
-        seed=args.seed,
+        seed=drawn["seed"],
         cache=_cache(args),
-        verify=args.verify,
-        batch_size=args.batch_size,
+        verify=drawn["verify"],
+        batch_size=options["batch_size"],
         progress=not args.quiet,
     )
     write_table(study.table, args.out)
     if not args.quiet:
         print(_crowd_summary(study, cheap.name, expensive.name), flush=True)
-        if args.verify:
+        if drawn["verify"]:
             print(f"intervals holding the all-input correlation: {study.coverage():.0%}", flush=True)
         print(f"wrote {args.out}", flush=True)
     return 0

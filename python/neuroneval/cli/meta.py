@@ -10,10 +10,9 @@ import polars as pl
 
 from neuroneval import METRICS, meta
 from neuroneval.indices import read_truth
-from neuroneval.params import ScoreParams, metric_list
+from neuroneval.params import metric_list
 
 from .common import (
-    DEFAULT_VALIDATION,
     Needs,
     add_activations,
     add_concepts,
@@ -24,12 +23,14 @@ from .common import (
     check_fits,
     count,
     dense_bytes,
-    fraction,
     open_inputs,
     threads,
     write_table,
 )
 
+#: The flags of the library's declared options: alpha and lambda (tuned unless --alpha is
+#: given) and the validation/test split (--validation, --seed).
+OPTIONS = meta.TUNING_OPTIONS + meta.SPLIT_OPTIONS
 RULES = (Needs(("--lam",), ("--alpha",), "--lam needs --alpha: without it alpha and lambda are tuned together"),)
 
 
@@ -56,20 +57,7 @@ def add(commands: Any) -> None:
         help="each unit's correct concept: a .npy of K integer concept indices, or a text file with one concept name or index per unit",
     )
     add_names_and_metrics(p)
-    p.add_argument(
-        "--alpha",
-        type=float,
-        help="use this alpha, in (0, 1], for every metric instead of tuning (default: tuned on validation)",
-    )
-    p.add_argument("--lam", type=float, help="with --alpha: wpmi's lambda, >= 0 (default 1; tuned without --alpha)")
-    p.add_argument(
-        "--validation",
-        type=fraction,
-        default=DEFAULT_VALIDATION,
-        metavar="FRACTION",
-        help=f"share of the units used for tuning, in (0, 1) (default {DEFAULT_VALIDATION})",
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the validation/test split (default 0)")
+    OPTIONS.add_arguments(p)
     add_table_out(p)
     add_threads(p)
     p.set_defaults(command=run)
@@ -77,26 +65,27 @@ def add(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     metrics = metric_list(args.metrics)
-    ScoreParams(alpha=args.alpha, lam=args.lam, seed=args.seed)  # checked before any work
+    values = OPTIONS.resolve(**OPTIONS.from_args(args))  # checked before any work
     out: Path | None = args.out
     acts, conc = open_inputs(args.activations, args.concepts, None, args.concept_names)
     truth = read_truth(args.truth, acts.n_columns, conc.n_columns, conc.names)
     check_fits(2 * dense_bytes(acts), "meta-evaluation")
-    lam = None if args.alpha is None else (1.0 if args.lam is None else args.lam)
+    split = {"validation": values["validation"], "seed": values["seed"]}
     with threads(args.threads):
-        table = meta.meta_evaluate(
-            acts.dense(), conc, truth, metrics, validation=args.validation, seed=args.seed, alpha=args.alpha, lam=lam
-        )
+        # lam only with alpha (the rule RULES checks): without it, alpha and lambda are tuned
+        table = meta.meta_evaluate(acts.dense(), conc, truth, metrics, alpha=args.alpha, lam=args.lam, **split)
     table = table.sort(pl.col("meta_auprc").fill_nan(None), descending=True, nulls_last=True, maintain_order=True)
     if out is not None:
         write_table(table, out)
-    val, test = meta.split_units(acts.n_columns, args.validation, args.seed)
+    val, test = meta.split_units(acts.n_columns, **split)
     if args.alpha is None:
         how = f"alpha and lambda tuned on {count(len(val), 'validation unit')}"
     else:
-        fixed = f"alpha = {args.alpha:g}" + (f" (wpmi's lambda = {lam:g})" if "wpmi" in metrics else "")
-        how = f"{fixed} for every metric, not tuned ({count(len(val), 'validation unit')} left out)"
-    print(f"meta-AUPRC on {len(test):,} test units x {conc.n_columns:,} concepts; {how}; seed {args.seed}")
+        wpmi = f" (wpmi's lambda = {values['lam']:g})" if "wpmi" in metrics else ""
+        how = (
+            f"alpha = {args.alpha:g}{wpmi} for every metric, not tuned ({count(len(val), 'validation unit')} left out)"
+        )
+    print(f"meta-AUPRC on {len(test):,} test units x {conc.n_columns:,} concepts; {how}; seed {values['seed']}")
     print(format_table(table))
     print(f"* passes the paper's sanity checks; random baseline about 1/{conc.n_columns:,}", flush=True)
     if out is not None:

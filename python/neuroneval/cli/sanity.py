@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +11,9 @@ import polars as pl
 from neuroneval import METRICS, meta, sanity
 from neuroneval.errors import ParameterError
 from neuroneval.indices import read_truth
-from neuroneval.params import ScoreParams, metric_list
+from neuroneval.params import metric_list
 
 from .common import (
-    DEFAULT_VALIDATION,
     Needs,
     add_activations,
     add_concepts,
@@ -23,20 +21,19 @@ from .common import (
     add_threads,
     chart_wanted,
     check_fits,
-    checked,
     dense_bytes,
-    fraction,
-    not_empty,
     open_inputs,
     output_dir,
-    positive_int,
     threads,
 )
 
-_DEFAULT_N = 500_000
-_DEFAULT_SEEDS = 1000
-_DEFAULT_SETTING = "experimental"
-
+#: The flags of the library's declared options: the experimental test's (`--setting`, and
+#: `--alpha`, `--lam`, `--validation` of its tuning), the perturbations' (`--keep`, `--rate`,
+#: `--seed`) and the theoretical test's (`--n`, `--seeds`; `--lam`).
+EXPERIMENTAL = sanity.EXPERIMENTAL_OPTIONS.only("setting")
+TUNING = meta.TUNING_OPTIONS + meta.SPLIT_OPTIONS.only("validation")
+PERTURBATIONS = sanity.PERTURBATION_OPTIONS
+THEORETICAL = sanity.THEORETICAL_OPTIONS
 #: Which options go together. The options of one test default to None, so that giving one
 #: without its test is a usage error rather than silently unused.
 RULES = (
@@ -60,22 +57,6 @@ RULES = (
 )
 
 
-#: --keep.
-probability = checked(float, lambda v: 0.0 <= v <= 1.0, "be a probability in [0, 1]")
-#: --rate: expected label mass after / before.
-growth = checked(float, lambda v: math.isfinite(v) and v >= 1.0, "be a finite number >= 1")
-
-
-_SMALLEST_GAMMA = min(sanity.GAMMAS)
-#: --n of the theoretical test: enough inputs for one positive input at the smallest gamma.
-inputs = checked(
-    int,
-    lambda n: math.floor(_SMALLEST_GAMMA * n) >= 1,
-    f"be at least {math.ceil(1 / _SMALLEST_GAMMA):,}, for one positive input at the smallest gamma, "
-    f"{_SMALLEST_GAMMA:g}",
-)
-
-
 def add(commands: Any) -> None:
     p: argparse.ArgumentParser = commands.add_parser(
         "sanity",
@@ -95,12 +76,13 @@ def add(commands: Any) -> None:
     )
     add_activations(p, optional=True, note="; read into memory")
     add_concepts(p, optional=True)
+    truth_alpha = sanity.EXPERIMENTAL_OPTIONS["truth_alpha"].default
     p.add_argument(
         "--truth",
         metavar="FILE",
         help=(
             "each unit's correct concept: a .npy of K integer concept indices, or a text file with one "
-            "concept name or index per unit (default: each unit's argmax-IoU concept at alpha 0.005)"
+            f"concept name or index per unit (default: each unit's argmax-IoU concept at alpha {truth_alpha:g})"
         ),
     )
     add_names_and_metrics(p)
@@ -109,55 +91,8 @@ def add(commands: Any) -> None:
         action="store_true",
         help="also run the theoretical test; alone when ACTIVATIONS and CONCEPTS are not given",
     )
-    p.add_argument(
-        "--alpha",
-        type=float,
-        help="experimental test: use this alpha, in (0, 1], for every metric (default: tuned per metric on validation)",
-    )
-    p.add_argument(
-        "--lam",
-        type=float,
-        help=(
-            "wpmi's lambda, >= 0: of the theoretical test (default 1) and, with --alpha, of the experimental "
-            "test (without --alpha it is tuned)"
-        ),
-    )
-    p.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="seed of the split, the perturbations and the top-random metrics (default 0)",
-    )
-    p.add_argument(
-        "--validation",
-        type=fraction,
-        metavar="FRACTION",
-        help=f"experimental test: share of the units used for tuning, in (0, 1) (default {DEFAULT_VALIDATION})",
-    )
-    p.add_argument(
-        "--keep",
-        type=probability,
-        default=0.5,
-        help="missing labels: probability of keeping each label, in [0, 1] (default 0.5)",
-    )
-    p.add_argument(
-        "--rate",
-        type=growth,
-        default=2.0,
-        help="extra labels: expected label mass after / before, >= 1 (default 2)",
-    )
-    p.add_argument(
-        "--n",
-        type=inputs,
-        help=f"theoretical test: number of inputs (default {_DEFAULT_N:,}; at least 10,000 for gamma 0.0001)",
-    )
-    p.add_argument("--seeds", type=positive_int, help=f"theoretical test: seeds per gamma (default {_DEFAULT_SEEDS:,})")
-    p.add_argument(
-        "--setting",
-        type=not_empty,
-        metavar="NAME",
-        help=f"experimental test: the setting's name in records.csv (default {_DEFAULT_SETTING!r})",
-    )
+    for group in (TUNING, EXPERIMENTAL, PERTURBATIONS, THEORETICAL):
+        group.add_arguments(p)
     p.add_argument(
         "--out",
         type=output_dir,
@@ -171,26 +106,29 @@ def add(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     metrics = metric_list(args.metrics)
-    ScoreParams(alpha=args.alpha, lam=args.lam, seed=args.seed)  # checked before any work
-    n = _DEFAULT_N if args.n is None else args.n
-    seeds = _DEFAULT_SEEDS if args.seeds is None else args.seeds
-    setting = _DEFAULT_SETTING if args.setting is None else args.setting
+    # Every value checked before any work, as the library checks it (None: the declared default).
+    tuning = TUNING.resolve(**TUNING.from_args(args))
+    setting = EXPERIMENTAL.resolve(**EXPERIMENTAL.from_args(args))["setting"]
+    drawn = PERTURBATIONS.resolve(**PERTURBATIONS.from_args(args))
+    theory = THEORETICAL.resolve(**THEORETICAL.from_args(args))
     out: Path | None = args.out
     chart = chart_wanted(out, args.no_chart, "chart.png")
-    lam = 1.0 if args.lam is None else args.lam
-    common: dict[str, Any] = {"keep": args.keep, "rate": args.rate, "seed": args.seed}
     if args.theoretical:  # per gamma: each seed's counts and every metric's three scores
         check_fits(
-            8 * seeds * len(sanity.GAMMAS) * (3 * len(metrics) + 12),
+            8 * theory["seeds"] * len(sanity.GAMMAS) * (3 * len(metrics) + 12),
             "the theoretical test",
             holds="",
             remedy="use fewer --seeds",
             error=ParameterError,
         )
 
-    results = []
+    results: dict[str, sanity.SanityResult] = {}
     lines = []
     with threads(args.threads):
+        if args.theoretical:
+            # First: it is quick, and its own rules (enough inputs for every gamma) are checked before
+            # the experimental test reads its files. Its table comes second all the same.
+            results["theoretical"] = sanity.theoretical(metrics, lam=args.lam, **theory, **drawn)
         if args.activations is not None:
             acts, conc = open_inputs(args.activations, args.concepts, None, args.concept_names)
             truth = None if args.truth is None else read_truth(args.truth, acts.n_columns, conc.n_columns, conc.names)
@@ -198,32 +136,27 @@ def run(args: argparse.Namespace) -> int:
                 2 * dense_bytes(acts) + dense_bytes(conc) + 3 * 8 * conc.n_rows * conc.n_columns,
                 "the experimental test",
             )
-            validation = DEFAULT_VALIDATION if args.validation is None else args.validation
-            result = sanity.experimental(
-                acts.dense(),
-                conc.dense(),
-                truth,
-                metrics,
-                alpha=args.alpha,
-                lam=args.lam,
-                validation=validation,
-                setting=setting,
-                **common,
+            # lam only with alpha (the rule RULES checks): without it, alpha and lambda are tuned
+            tuned = {"alpha": args.alpha, "lam": args.lam, "validation": tuning["validation"]}
+            results["experimental"] = sanity.experimental(
+                acts.dense(), conc.dense(), truth, metrics, setting=setting, **tuned, **drawn
             )
-            val, test = meta.split_units(acts.n_columns, validation, args.seed)
+            val, test = meta.split_units(acts.n_columns, tuning["validation"], drawn["seed"])
             source = f"from {args.truth}" if args.truth is not None else "each unit's argmax-IoU concept"
-            tuned = f"alpha = {args.alpha:g} for all" if args.alpha is not None else f"tuned on {len(val):,}"
+            how = f"alpha = {args.alpha:g} for all" if args.alpha is not None else f"tuned on {len(val):,}"
             lines.append(
                 f"experimental test{'' if args.setting is None else f' {setting!r}'}: {acts.n_rows:,} inputs, "
-                f"{conc.n_columns:,} concepts, {acts.n_columns:,} units ({tuned}, Decrease Acc on {len(test):,}); "
+                f"{conc.n_columns:,} concepts, {acts.n_columns:,} units ({how}, Decrease Acc on {len(test):,}); "
                 f"correct concepts {source}"
             )
-            results.append(result)
         if args.theoretical:
-            results.append(sanity.theoretical(metrics, n=n, seeds=seeds, lam=lam, **common))
             gammas = ", ".join(f"{g:g}" for g in sanity.GAMMAS)
-            lines.append(f"theoretical test: a perfect binary unit, n = {n:,}, gammas {gammas}, {seeds:,} seeds each")
-    result = results[0] if len(results) == 1 else sanity.SanityResult.concat(results)
+            lines.append(
+                f"theoretical test: a perfect binary unit, n = {theory['n']:,}, gammas {gammas}, "
+                f"{theory['seeds']:,} seeds each"
+            )
+    listed = [results[k] for k in ("experimental", "theoretical") if k in results]
+    result = listed[0] if len(listed) == 1 else sanity.SanityResult.concat(listed)
     lines.append("Decrease Acc (%) per perturbation and test; the paper's Table 3 value in parentheses")
     print("\n".join(lines), end="\n\n")
     print(result.to_markdown(), flush=True)

@@ -12,7 +12,8 @@ import polars as pl
 from neuroneval import METRICS, evaluate, score
 from neuroneval.files import output_lock, write_atomic
 from neuroneval.indices import read_pairs
-from neuroneval.params import DEFAULT_ALPHA, DEFAULT_TOP_RANDOM_ALPHA, ScoreParams, metric_list
+from neuroneval.options import SCORE_OPTIONS
+from neuroneval.params import ScoreParams, metric_list
 from neuroneval.sources import Source
 
 from .common import (
@@ -69,21 +70,7 @@ def add(commands: Any) -> None:
         metavar="LIST",
         help="comma-separated metric names (default: all); the first one ranks --top and the summary",
     )
-    p.add_argument(
-        "--alpha",
-        type=float,
-        default=DEFAULT_ALPHA,
-        help=f"top-alpha fraction that binarises each unit, in (0, 1] (default {DEFAULT_ALPHA})",
-    )
-    p.add_argument("--lam", type=float, default=1.0, help="wpmi's lambda, >= 0 (default 1.0)")
-    p.add_argument("--k", type=int, default=25, help="samples per half of the top-random metrics (default 25)")
-    p.add_argument(
-        "--top-alpha",
-        type=float,
-        default=DEFAULT_TOP_RANDOM_ALPHA,
-        help=f"top fraction of the top-random metrics (default {DEFAULT_TOP_RANDOM_ALPHA})",
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the top-random metrics (default 0)")
+    SCORE_OPTIONS.add_arguments(p)
     p.add_argument("--unit-names", metavar="FILE", help="unit names, one per line")
     p.add_argument("--concept-names", metavar="FILE", help="concept names, one per line")
     p.add_argument(
@@ -128,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     metrics = metric_list(args.metrics)
     out = Path(args.out)
     # Checked by the core before any file is read.
-    params = ScoreParams(alpha=args.alpha, lam=args.lam, k=args.k, top_alpha=args.top_alpha, seed=args.seed)
+    params = ScoreParams(**SCORE_OPTIONS.from_args(args))
     parameters: dict[str, Any] = params.to_dict()
     acts, conc = open_inputs(args.activations, args.concepts, args.unit_names, args.concept_names)
     keep: Literal["all"] | int = "all" if args.top is None else args.top

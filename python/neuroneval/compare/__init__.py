@@ -59,8 +59,9 @@ from .result import (
     saebench_categories,
     saebench_file_name,
 )
-from .run import BASELINE_RANDOM, BASELINE_SHUFFLED, BASELINES, DEFAULT_METRICS, MIN_TOP_SET, compare
+from .run import BASELINE_RANDOM, BASELINE_SHUFFLED, BASELINES, COMPARE_OPTIONS, DEFAULT_METRICS, MIN_TOP_SET, compare
 from .statistics import (
+    BOOTSTRAP_OPTIONS,
     Difference,
     Interval,
     bootstrap_mean,
@@ -74,6 +75,8 @@ __all__ = [
     "BASELINES",
     "BASELINE_RANDOM",
     "BASELINE_SHUFFLED",
+    "BOOTSTRAP_OPTIONS",
+    "COMPARE_OPTIONS",
     "COMPARISON_FILES",
     "COMPARISON_FORMAT",
     "DEFAULT_METRICS",

@@ -11,17 +11,25 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from .._coerce import check_flag
 from .._registry import METRICS
 from .._score import compute
 from ..errors import ParameterError, ShapeError
-from ..params import DEFAULT_ALPHA, ScoreParams, metric_list
+from ..options import SCORE_OPTIONS, Option, Options
+from ..params import ScoreParams, metric_list
 from ..sources import Source, open_activations
 from .inputs import check_duplicates, concept_source, constant_columns, explanation_table, unit_indices
 from .result import Comparison
-from .statistics import BLOCK, Array, IntArray, bootstrap_mean, check_boot, paired_difference, stream_seed
+from .statistics import BLOCK, BOOTSTRAP_OPTIONS, Array, IntArray, bootstrap_mean, paired_difference, stream_seed
 
-__all__ = ["BASELINES", "BASELINE_RANDOM", "BASELINE_SHUFFLED", "DEFAULT_METRICS", "MIN_TOP_SET", "compare"]
+__all__ = [
+    "BASELINES",
+    "BASELINE_RANDOM",
+    "BASELINE_SHUFFLED",
+    "COMPARE_OPTIONS",
+    "DEFAULT_METRICS",
+    "MIN_TOP_SET",
+    "compare",
+]
 
 BASELINE_RANDOM = "baseline:random"
 BASELINE_SHUFFLED = "baseline:shuffled"
@@ -42,6 +50,14 @@ DEFAULT_METRICS: tuple[str, ...] = ("correlation", "cosine", "auprc", "f1", "iou
 #: with fewer, the metrics of the top set (f1, iou, auprc, ...) take a handful of values per
 #: unit, and a baseline can rank first by chance.
 MIN_TOP_SET = 10
+#: The options of `compare`: the binary metrics' top-alpha fraction, the baselines, the bootstrap.
+COMPARE_OPTIONS = (
+    Options(
+        SCORE_OPTIONS["alpha"],
+        Option("baselines", "flag", True, "score the random and shuffled baselines as explainers"),
+    )
+    + BOOTSTRAP_OPTIONS
+)
 
 
 def _warn_small_top_set(names: list[str], alpha: float, n: int) -> None:
@@ -117,13 +133,13 @@ def compare(
     concepts: Any,
     *,
     metrics: str | Sequence[str] = DEFAULT_METRICS,
-    alpha: float = DEFAULT_ALPHA,
+    alpha: float | None = None,
     unit_names: Any = None,
     module: str | None = None,
-    baselines: bool = True,
-    n_boot: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
+    baselines: bool | None = None,
+    n_boot: int | None = None,
+    confidence: float | None = None,
+    seed: int | None = None,
 ) -> Comparison:
     """Compare explainers: every explanation scored against its unit, summarised per explainer
     over units, with paired bootstrap differences between explainers and two baselines.
@@ -145,6 +161,8 @@ def compare(
         `probabilities`; its texts must be the table's).
     metrics : str or sequence of str
         Names from `neuroneval.METRICS`; the first is the one rankings and reports lead with.
+    alpha, baselines, n_boot, confidence, seed : optional
+        `COMPARE_OPTIONS` (None: the declared default), described below.
     alpha : float
         The top-alpha fraction of the binary metrics (`neuroneval.compute`). A top set,
         ceil(alpha * N) inputs, under `MIN_TOP_SET` is warned of (`UserWarning`) when a metric
@@ -175,9 +193,10 @@ def compare(
     names = metric_list(metrics)
     if len(set(names)) != len(names):
         raise ParameterError(f"metrics lists a metric more than once: {names}")
-    n_boot, confidence, seed = check_boot(n_boot, confidence, seed)
-    params = ScoreParams(alpha=alpha, seed=seed)  # checked once, in the core
-    baselines = check_flag(baselines, "baselines")
+    options = COMPARE_OPTIONS.resolve(alpha=alpha, baselines=baselines, n_boot=n_boot, confidence=confidence, seed=seed)
+    n_boot, confidence, seed = options["n_boot"], options["confidence"], options["seed"]
+    params = ScoreParams(alpha=options["alpha"], seed=seed)
+    baselines = options["baselines"]
     acts = open_activations(activations, unit_names=unit_names)
     table = explanation_table(explanations, module=module, activations=activations)
     units = unit_indices(table["unit"], acts.n_columns, acts.names)

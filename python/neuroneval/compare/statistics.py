@@ -13,10 +13,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._coerce import check_between, check_integer, check_seed
+from .._coerce import check_integer, check_seed
 from ..errors import ParameterError, ShapeError
+from ..options import SCORE_OPTIONS, Option, Options
 
 __all__ = [
+    "BOOTSTRAP_OPTIONS",
     "Difference",
     "Interval",
     "bootstrap_mean",
@@ -30,6 +32,23 @@ Array = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 #: Resampled values per bootstrap block (32 MiB of float64).
 BLOCK = 1 << 22
+
+#: The bootstrap's options: resamples, the intervals' level, the seed of every draw.
+BOOTSTRAP_OPTIONS = Options(
+    Option("n_boot", "integer", 1000, "bootstrap resamples per interval; 0 makes no intervals", low=0, metavar="B"),
+    Option(
+        "confidence",
+        "real",
+        0.95,
+        "the intervals' level",
+        low=0,
+        low_open=True,
+        high=1,
+        high_open=True,
+        metavar="LEVEL",
+    ),
+    SCORE_OPTIONS["seed"],
+)
 
 
 @dataclass(frozen=True)
@@ -92,7 +111,7 @@ def resample_indices(n: int, n_boot: int, seed: int) -> IntArray:
     (2, 4)
     """
     n = check_integer(n, "n", minimum=1)
-    n_boot = check_integer(n_boot, "n_boot", minimum=0)
+    n_boot = BOOTSTRAP_OPTIONS["n_boot"].check(n_boot)
     return np.random.default_rng(check_seed(seed)).integers(0, n, size=(n_boot, n))
 
 
@@ -117,11 +136,9 @@ def _percentile(values: Array, n_boot: int, confidence: float, seed: int) -> tup
 
 
 def check_boot(n_boot: Any, confidence: Any, seed: Any) -> tuple[int, float, int]:
-    return (
-        check_integer(n_boot, "n_boot", minimum=0),
-        check_between(confidence, "confidence", 0.0, 1.0),
-        check_seed(seed),
-    )
+    """`BOOTSTRAP_OPTIONS`' values (None: the declared default), each checked."""
+    values = BOOTSTRAP_OPTIONS.resolve(n_boot=n_boot, confidence=confidence, seed=seed)
+    return values["n_boot"], values["confidence"], values["seed"]
 
 
 def _values(x: Any, name: str) -> Array:
@@ -134,10 +151,13 @@ def _values(x: Any, name: str) -> Array:
     return v
 
 
-def bootstrap_mean(values: Any, *, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0) -> Interval:
+def bootstrap_mean(
+    values: Any, *, n_boot: int | None = None, confidence: float | None = None, seed: int | None = None
+) -> Interval:
     """The mean and median of the finite `values` (NaN left out) and a percentile bootstrap
     interval of the mean: the (1 - confidence) / 2 and (1 + confidence) / 2 quantiles (numpy's
-    linear interpolation) of the means of `n_boot` resamples (`resample_indices`).
+    linear interpolation) of the means of `n_boot` resamples (`resample_indices`). The options
+    are `BOOTSTRAP_OPTIONS` (None: the declared default).
 
     Examples
     --------
@@ -154,11 +174,14 @@ def bootstrap_mean(values: Any, *, n_boot: int = 1000, confidence: float = 0.95,
     return Interval(int(v.size), float(v.mean()), float(np.median(v)), low, high)
 
 
-def paired_difference(a: Any, b: Any, *, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0) -> Difference:
+def paired_difference(
+    a: Any, b: Any, *, n_boot: int | None = None, confidence: float | None = None, seed: int | None = None
+) -> Difference:
     """A - B over the units where both are finite: the mean difference with a *paired* percentile
     bootstrap interval (each resample draws units, `resample_indices`, and takes both A's and
     B's values of the same units: the bootstrap of the per-unit differences), the win rate
-    (share of units with A > B, ties counted half) and the tie rate (A == B exactly).
+    (share of units with A > B, ties counted half) and the tie rate (A == B exactly). The
+    options are `BOOTSTRAP_OPTIONS`.
 
     Examples
     --------
@@ -180,13 +203,15 @@ def paired_difference(a: Any, b: Any, *, n_boot: int = 1000, confidence: float =
     return Difference(int(d.size), float(d.mean()), low, high, float(np.mean(x > y)) + ties / 2, ties)
 
 
-def unpaired_difference(a: Any, b: Any, *, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0) -> Difference:
+def unpaired_difference(
+    a: Any, b: Any, *, n_boot: int | None = None, confidence: float | None = None, seed: int | None = None
+) -> Difference:
     """mean(A) - mean(B) for two *different* sets of units (e.g. a model's neurons and an SAE's
     latents under one explainer), finite values only: a percentile bootstrap interval that
     resamples each set independently (A's resamples from `seed`, B's from
     ``stream_seed(seed, "unpaired", "b")``), the probability of superiority P(A > B) of a
     random unit of each (ties counted half) as the win rate, and P(A == B) as the tie rate.
-    `n` is the smaller set's size.
+    `n` is the smaller set's size. The options are `BOOTSTRAP_OPTIONS`.
 
     Examples
     --------

@@ -17,6 +17,10 @@ label for every input. The CVPR 2026 recipe makes it affordable:
 4. `simulate`: all of it with simulated raters on real activations and true labels, to plan a
    budget: the relative correlation error (RCE) per configuration and budget.
 
+Each step's options (their defaults, domains and help, which the command line's flags show)
+are declared once: `PLAN_OPTIONS`, `TASK_OPTIONS`, `AGGREGATE_OPTIONS`, `ESTIMATE_OPTIONS`,
+`SIMULATE_OPTIONS` (and `ATTENUATION_OPTIONS`); None stands for the declared default.
+
 Examples
 --------
 >>> import numpy as np, polars as pl
@@ -36,15 +40,37 @@ Examples
 
 from __future__ import annotations
 
-from .aggregation import aggregate, bragg_posterior, label_attenuation, rater_error_rates
-from .estimation import ESTIMATORS, estimate
-from .sampling import CONFIGURATIONS, METHODS, Plan, plan, proposal
-from .simulation import Simulation, best_raters, cheapest_budgets, configuration_name, needed_budgets, simulate
+from .aggregation import (
+    AGGREGATE_OPTIONS,
+    ATTENUATION_OPTIONS,
+    aggregate,
+    bragg_posterior,
+    label_attenuation,
+    rater_error_rates,
+)
+from .estimation import ESTIMATE_OPTIONS, ESTIMATORS, INTERVALS, default_interval, estimate
+from .sampling import CONFIGURATIONS, METHODS, PLAN_OPTIONS, TASK_OPTIONS, Plan, plan, proposal
+from .simulation import (
+    SIMULATE_OPTIONS,
+    Simulation,
+    best_raters,
+    cheapest_budgets,
+    configuration_name,
+    needed_budgets,
+    simulate,
+)
 
 __all__ = [
+    "AGGREGATE_OPTIONS",
+    "ATTENUATION_OPTIONS",
     "CONFIGURATIONS",
+    "ESTIMATE_OPTIONS",
     "ESTIMATORS",
+    "INTERVALS",
     "METHODS",
+    "PLAN_OPTIONS",
+    "SIMULATE_OPTIONS",
+    "TASK_OPTIONS",
     "Plan",
     "Simulation",
     "aggregate",
@@ -52,6 +78,7 @@ __all__ = [
     "bragg_posterior",
     "cheapest_budgets",
     "configuration_name",
+    "default_interval",
     "estimate",
     "label_attenuation",
     "needed_budgets",

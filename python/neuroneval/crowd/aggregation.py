@@ -9,22 +9,55 @@ from typing import Any, Literal
 import numpy as np
 import polars as pl
 
-from .._coerce import (
-    as_counts,
-    as_reals,
-    as_table,
-    check_between,
-    check_columns,
-    check_integer,
-)
+from .._coerce import as_counts, as_reals, as_table, check_columns
 from ..errors import EmptyInputError, LabelError, ParameterError, ShapeError
-from .sampling import _PRIOR_CLIP, METHODS, Array, Method, Plan, _check_plan, _check_prior, _check_rate
+from ..options import Option, Options
+from .sampling import (
+    _PRIOR_CLIP,
+    ETA,
+    METHODS,
+    PLUG_IN_METHODS,
+    PRIOR,
+    PRIOR_PROBABILITY,
+    RATERS,
+    Array,
+    Method,
+    Plan,
+    _check_each,
+    _check_plan,
+    _or_word,
+)
+
+#: `aggregate`'s options (`rater_error_rates` takes prior and max_iter).
+AGGREGATE_OPTIONS = Options(
+    Option(
+        "method",
+        "choice",
+        "bragg",
+        "bragg (BRAgg's posterior), majority, mean, debiased (BRAgg's, unbiased for the 0/1 truth) or composite (both)",
+        choices=METHODS,
+    ),
+    _or_word(
+        ETA,
+        "estimate",
+        "BRAgg: the raters' error rate, or 'estimate' to fit each rater's own (one-coin Dawid-Skene; needs a rater "
+        "column)",
+    ),
+    PRIOR,
+    Option("max_iter", "integer", 200, "eta='estimate': the EM iterations at most", low=1, metavar="N"),
+    Option("tol", "real", 1e-9, "eta='estimate': EM stops once no posterior moves more than this", low=0.0),
+)
+#: `label_attenuation`'s aggregation (its other parameters broadcast: arrays of `ETA`'s,
+#: `RATERS`' and `PRIOR_PROBABILITY`'s values).
+ATTENUATION_OPTIONS = Options(
+    Option("method", "choice", "majority", "the aggregation whose labels are measured", choices=PLUG_IN_METHODS)
+)
 
 # --------------------------------------------------------------------------------------------
 # Aggregation
 
 
-def bragg_posterior(positive: Any, votes: Any, eta: Any = 0.23, prior: Any = 0.05) -> Array:
+def bragg_posterior(positive: Any, votes: Any, eta: Any = None, prior: Any = None) -> Array:
     """BRAgg's posterior that the concept is present, from `positive` "present" votes of `votes`.
 
     logit(c) = logit(prior) + (2 positive - votes) log((1 - eta) / eta) (SPEC section 6).
@@ -36,9 +69,9 @@ def bragg_posterior(positive: Any, votes: Any, eta: Any = 0.23, prior: Any = 0.0
         Vote counts: integers (not bools, not floats, however whole) with
         0 <= positive <= votes. No vote at all (votes = 0) leaves the prior.
     eta : float or array_like
-        Raters' error rate, in (0, 0.5).
+        Raters' error rate, each in `ETA`'s domain (None: its default).
     prior : float or array_like
-        The prior that the concept is present, in (0, 1).
+        The prior that the concept is present, each in `PRIOR_PROBABILITY`'s domain (None: its default).
 
     Examples
     --------
@@ -51,8 +84,8 @@ def bragg_posterior(positive: Any, votes: Any, eta: Any = 0.23, prior: Any = 0.0
     """
     pos = as_counts(positive, "positive")
     m = as_counts(votes, "votes")
-    e = as_reals(eta, "eta")
-    p = as_reals(prior, "prior")
+    e = as_reals(ETA.default if eta is None else eta, "eta")
+    p = as_reals(PRIOR_PROBABILITY.default if prior is None else prior, "prior")
     try:
         np.broadcast_shapes(pos.shape, m.shape, e.shape, p.shape)
     except ValueError as err:
@@ -67,10 +100,8 @@ def bragg_posterior(positive: Any, votes: Any, eta: Any = 0.23, prior: Any = 0.0
         raise ParameterError(
             f"positive must not exceed votes; found positive {pos_b.ravel()[i]:.0f} of votes {m_b.ravel()[i]:.0f}"
         )
-    if not np.all((e > 0) & (e < 0.5)):  # NaN fails too
-        raise ParameterError("eta must lie in (0, 0.5): raters must be right more often than wrong")
-    if not np.all((p > 0) & (p < 1)):
-        raise ParameterError("the prior must lie in (0, 1)")
+    _check_each(ETA, e, eta)
+    _check_each(PRIOR_PROBABILITY, p, prior)
     return _posterior(pos, m, e, p)
 
 
@@ -133,7 +164,7 @@ def _expected_labels(method: str, votes: Any, eta: float, prior: Any) -> tuple[A
 
 
 def label_attenuation(
-    prevalence: Any, eta: Any = 0.23, raters: Any = 3, method: str = "majority", prior: Any = 0.05
+    prevalence: Any, eta: Any = None, raters: Any = None, method: str | None = None, prior: Any = None
 ) -> Array:
     """How much an aggregation's labels shrink the correlation, whatever the budget.
 
@@ -143,7 +174,8 @@ def label_attenuation(
     f = (E[c | y=1] - E[c | y=0]) sd(y) / sd(c), sd(y)^2 = p (1 - p) at prevalence p. The plug-in
     estimator converges to f rho, so its relative correlation error can never fall below
     |1 - f|: the floor of the configuration. ("debiased" labels do not have one: their estimator
-    divides by sqrt(p (1 - p)) instead of sd(c), and f is 1.) Arrays broadcast.
+    divides by sqrt(p (1 - p)) instead of sd(c), and f is 1.) Arrays broadcast; None stands for
+    the default of `ETA`, `RATERS`, `ATTENUATION_OPTIONS` and `PRIOR_PROBABILITY`.
 
     Examples
     --------
@@ -152,20 +184,18 @@ def label_attenuation(
     >>> label_attenuation(0.01, raters=[3, 9, 25], method="bragg").round(3).tolist()
     [0.352, 0.756, 0.986]
     """
+    method = ATTENUATION_OPTIONS.resolve(method=method)["method"]
     p = as_reals(prevalence, "prevalence")
-    e = as_reals(eta, "eta")
-    m = as_counts(raters, "raters")
-    if not isinstance(method, str) or method not in ("bragg", "majority", "mean"):
-        raise ParameterError(f"method must be 'bragg', 'majority' or 'mean'; got {method!r}")
+    e = as_reals(ETA.default if eta is None else eta, "eta")
+    m = as_counts(RATERS.default if raters is None else raters, "raters")
     if not np.all((p > 0) & (p < 1)):
         raise ParameterError("prevalence must lie in (0, 1)")
-    if not np.all((e > 0) & (e < 0.5)):
-        raise ParameterError("eta must lie in (0, 0.5): raters must be right more often than wrong")
-    if np.any(m < 1):
-        raise ParameterError("raters must be at least 1")
-    prior_values = as_reals(prior, "prior")
-    if not np.all((prior_values > 0) & (prior_values < 1)):
-        raise ParameterError("the prior must lie in (0, 1)")
+    _check_each(ETA, e, eta)
+    if np.any(m < RATERS.low):
+        raise ParameterError(f"raters must be at least {RATERS.low:g}")
+    prior_values = _check_each(
+        PRIOR_PROBABILITY, as_reals(PRIOR_PROBABILITY.default if prior is None else prior, "prior"), prior
+    )
     shape = np.broadcast_shapes(p.shape, e.shape, m.shape, prior_values.shape)
     p, e, m, prior_values = (np.broadcast_to(x, shape).ravel() for x in (p, e, m, prior_values))
     out = np.empty(p.size)
@@ -217,13 +247,13 @@ def _ratings_table(ratings: Any, plan: Plan | None) -> pl.DataFrame:
 
 def aggregate(
     ratings: Any,
-    method: Method = "bragg",
+    method: Method | None = None,
     *,
-    eta: float | Literal["estimate"] = 0.23,
-    prior: float | Literal["model"] = 0.05,
+    eta: float | Literal["estimate"] | None = None,
+    prior: float | Literal["model"] | None = None,
     plan: Plan | None = None,
-    max_iter: int = 200,
-    tol: float = 1e-9,
+    max_iter: int | None = None,
+    tol: float | None = None,
 ) -> pl.DataFrame:
     """One soft label per rated (pair, input), from its binary votes.
 
@@ -239,14 +269,18 @@ def aggregate(
         both, BRAgg's posterior in label and the debiased one in a debiased column (for
         ``estimator="composite"``).
     eta : float or "estimate"
-        Raters' error rate for BRAgg (0.23 in the paper). "estimate" fits one rate per rater by
+        Raters' error rate for BRAgg (the paper's by default). "estimate" fits one rate per rater by
         expectation-maximisation (one-coin Dawid-Skene, `rater_error_rates`); needs a rater column
         and method "bragg".
     prior : float or "model"
-        BRAgg's prior: a constant (0.05), or the concept model's probability at the input,
-        clipped to [0.001, 0.999] (needs `plan`).
+        BRAgg's prior: a constant, or the concept model's probability at the input, clipped to
+        [0.001, 0.999] (needs `plan`).
     plan : Plan, optional
         When given, every rated (pair, input) must be one the plan drew.
+    max_iter, tol
+        The EM's stopping rule, for ``eta="estimate"``.
+
+    The defaults and domains of method, eta, prior, max_iter and tol: see `AGGREGATE_OPTIONS`.
 
     Returns
     -------
@@ -262,26 +296,18 @@ def aggregate(
     >>> aggregate(r, "debiased")["label"].round(4).to_list()
     [0.3498, -0.0537]
     """
+    values = AGGREGATE_OPTIONS.resolve(method=method, eta=eta, prior=prior, max_iter=max_iter, tol=tol)
+    method, eta, prior = values["method"], values["eta"], values["prior"]
     table = _ratings_table(ratings, plan)
-    if not isinstance(method, str) or method not in METHODS:
-        raise ParameterError(f"method must be 'bragg', 'majority', 'mean', 'debiased' or 'composite'; got {method!r}")
-    if isinstance(eta, str):
-        if eta != "estimate":
-            raise ParameterError(f"eta must be a rate in (0, 0.5) or 'estimate'; got {eta!r}")
-        if method != "bragg":
-            raise ParameterError(f"eta='estimate' is for method 'bragg' (one rate per rater); got method {method!r}")
-    else:
-        eta = _check_rate(eta)
-    prior = _check_prior(prior)
-    max_iter = check_integer(max_iter, "max_iter", minimum=1)
-    tol = check_between(tol, "tol", 0.0, math.inf, closed="left")
+    if eta == "estimate" and method != "bragg":
+        raise ParameterError(f"eta='estimate' is for method 'bragg' (one rate per rater); got method {method!r}")
     items = table.group_by("pair", "input", maintain_order=True).agg(
         pl.len().alias("votes"), pl.col("vote").sum().alias("positive")
     )
     pos = items["positive"].to_numpy()
     m = items["votes"].to_numpy()
     if eta == "estimate":
-        _, label = _dawid_skene(table, items, _prior_values(items, prior, plan), max_iter, tol)
+        _, label = _dawid_skene(table, items, _prior_values(items, prior, plan), values["max_iter"], values["tol"])
     else:
         prior_values = _prior_values(items, prior, plan) if method in ("bragg", "debiased", "composite") else 0.5
         if method == "composite":
@@ -294,8 +320,8 @@ def aggregate(
     return items.with_columns(pl.Series("label", label, dtype=pl.Float64))
 
 
-def _prior_values(items: pl.DataFrame, prior: Any, plan: Plan | None) -> Array:
-    prior = _check_prior(prior)
+def _prior_values(items: pl.DataFrame, prior: float | str, plan: Plan | None) -> Array:
+    """Each item's prior: `prior` (checked), or the plan's concept model probability ("model")."""
     if prior == "model":
         if plan is None:
             raise ParameterError("prior='model' needs the plan (it holds the concept model's probabilities)")
@@ -339,9 +365,15 @@ def _dawid_skene(
 
 
 def rater_error_rates(
-    ratings: Any, *, prior: float | Literal["model"] = 0.05, plan: Plan | None = None, max_iter: int = 200
+    ratings: Any,
+    *,
+    prior: float | Literal["model"] | None = None,
+    plan: Plan | None = None,
+    max_iter: int | None = None,
 ) -> pl.DataFrame:
     """Each rater's error rate, fitted by EM (one-coin Dawid-Skene): rater, eta, votes.
+
+    prior and max_iter as `aggregate` takes them (`AGGREGATE_OPTIONS`); EM stops at its default tol.
 
     Examples
     --------
@@ -352,10 +384,11 @@ def rater_error_rates(
     >>> rates["eta"].round(2).to_list()   # planted: 0.05, 0.2, 0.35
     [0.05, 0.2, 0.36]
     """
+    values = AGGREGATE_OPTIONS.only("prior", "max_iter").resolve(prior=prior, max_iter=max_iter)
     table = _ratings_table(ratings, plan)
-    max_iter = check_integer(max_iter, "max_iter", minimum=1)
     items = table.group_by("pair", "input", maintain_order=True).agg(pl.len().alias("votes"))
-    rates, _ = _dawid_skene(table, items, _prior_values(items, prior, plan), max_iter, 1e-9)
+    prior_values = _prior_values(items, values["prior"], plan)
+    rates, _ = _dawid_skene(table, items, prior_values, values["max_iter"], AGGREGATE_OPTIONS["tol"].default)
     counts = table.group_by("rater").len()
     out = pl.DataFrame({"rater": list(rates), "eta": list(rates.values())})
     return out.join(counts.rename({"len": "votes"}), on="rater", how="left").sort("rater")

@@ -4,22 +4,18 @@ confidence interval (SPEC section 6)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import partial
 from statistics import NormalDist
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import polars as pl
 
-from .._coerce import (
-    as_table,
-    check_between,
-    check_columns,
-    check_flag,
-    check_integer,
-    check_seed,
-)
+from .._coerce import as_table, check_columns
 from ..errors import ConceptRangeError, LabelError, ParameterError, ShapeError
-from .sampling import Array, Plan, _check_plan
+from ..options import Option, Options
+from .sampling import SEED, Array, Plan, _check_plan
 
 # --------------------------------------------------------------------------------------------
 # Estimation
@@ -137,21 +133,121 @@ def _composite(
     return out
 
 
+# --------------------------------------------------------------------------------------------
+# Which estimator takes which interval: one table
+
+
+class _Way(NamedTuple):
+    """One (estimator, interval) of `estimate`: whether it is allowed and what it needs."""
+
+    estimator: str
+    interval: str
+    default: bool  # the estimator's interval when none is asked for
+    plain_weights: bool  # refused with self_normalised (`_PLAIN_WEIGHTS`)
+    labels: tuple[tuple[str, bool], ...]  # the label columns it reads: (column, unbounded)
+    refused: str  # "" where the combination is allowed, else the error that refuses it
+
+
+_LABEL = (("label", False),)  # labels in [0, 1]
+_DEBIASED = (("label", True),)  # debiased labels: unbiased for the 0/1 truth, any finite number
+_BOTH = (("label", False), ("debiased", True))  # aggregate(method="composite")'s
+_PLAIN_WEIGHTS = "interval='delta' is for the plain estimator; use the bootstrap with self_normalised"
+_FISHER = "interval='fisher' is the pearson estimator's"
+_COMPOSITE = "the composite estimator takes the plain weights and the delta interval"
+_PEARSON = "the pearson estimator's interval is fisher's (the default) or the bootstrap's"
+
+#: Every estimator with every interval: the estimators are SPEC's plug-in, the debiased one,
+#: their composite, and the weighted Pearson correlation of the draws; the intervals a
+#: percentile bootstrap, the delta method and Fisher's z at Kish's effective sample size.
+# fmt: off
+_WAYS = (
+    #    estimator    interval     default plain  labels     refused
+    _Way("plug-in",   "bootstrap", True,   False, _LABEL,    ""),
+    _Way("plug-in",   "delta",     False,  True,  _LABEL,    ""),
+    _Way("plug-in",   "fisher",    False,  False, _LABEL,    _FISHER),
+    _Way("debiased",  "bootstrap", True,   False, _DEBIASED, ""),
+    _Way("debiased",  "delta",     False,  True,  _DEBIASED, ""),
+    _Way("debiased",  "fisher",    False,  False, _DEBIASED, _FISHER),
+    _Way("composite", "bootstrap", False,  False, _BOTH,     _COMPOSITE),
+    _Way("composite", "delta",     True,   True,  _BOTH,     ""),
+    _Way("composite", "fisher",    False,  False, _BOTH,     _FISHER),
+    _Way("pearson",   "bootstrap", False,  False, _LABEL,    ""),
+    _Way("pearson",   "delta",     False,  True,  _LABEL,    _PEARSON),
+    _Way("pearson",   "fisher",    True,   False, _LABEL,    ""),
+)
+# fmt: on
+
 #: The estimators of `estimate`: SPEC's plug-in, the debiased one, their composite, and the
 #: weighted Pearson correlation of the draws.
-ESTIMATORS = ("plug-in", "debiased", "composite", "pearson")
+ESTIMATORS = tuple(dict.fromkeys(way.estimator for way in _WAYS))
+INTERVALS = tuple(dict.fromkeys(way.interval for way in _WAYS))
+
+#: The confidence level of an interval.
+LEVEL = Option("level", "real", 0.95, "confidence level", low=0.0, low_open=True, high=1.0, high_open=True)
+
+#: `estimate`'s options.
+ESTIMATE_OPTIONS = Options(
+    Option(
+        "estimator",
+        "choice",
+        "plug-in",
+        "plug-in (SPEC's), debiased (labels of aggregate's debiased method: S1 / sqrt(p (1 - p))), composite "
+        "(labels of aggregate's composite method) or pearson (the draws' weighted Pearson correlation: for soft "
+        "labels such as a judge's probabilities)",
+        choices=ESTIMATORS,
+    ),
+    Option("self_normalised", "flag", False, "divide by the sum of the weights instead of the number of draws"),
+    Option(
+        "interval",
+        "choice",
+        None,
+        "bootstrap (percentile interval), delta (the delta method: rho +- z SE) or fisher (Fisher's z at Kish's "
+        "effective size); none: the estimator's own (delta for composite, fisher for pearson, else bootstrap)",
+        choices=INTERVALS,
+        optional=True,
+    ),
+    LEVEL,
+    Option("bootstrap", "integer", 2000, "bootstrap resamples (0: none)", low=0, metavar="N"),
+    SEED,
+)
+
+
+def default_interval(estimator: str) -> str:
+    """The interval `estimate` gives `estimator` when none is asked for.
+
+    >>> [default_interval(e) for e in ESTIMATORS]
+    ['bootstrap', 'bootstrap', 'delta', 'fisher']
+    """
+    estimator = ESTIMATE_OPTIONS["estimator"].check(estimator)
+    return next(way.interval for way in _WAYS if way.estimator == estimator and way.default)
+
+
+def _way(estimator: str, interval: str | None, self_normalised: bool) -> _Way:
+    """The table's row of the estimator and the interval (None: the estimator's default), or
+    the error that refuses them."""
+    interval = default_interval(estimator) if interval is None else interval
+    way = next(way for way in _WAYS if (way.estimator, way.interval) == (estimator, interval))
+    if way.plain_weights and self_normalised:
+        raise ParameterError(_PLAIN_WEIGHTS)
+    if way.refused:
+        raise ParameterError(way.refused)
+    return way
+
+
+# --------------------------------------------------------------------------------------------
+# The estimate
 
 
 def estimate(
     plan: Plan,
     labels: pl.DataFrame,
     *,
-    estimator: Literal["plug-in", "debiased", "composite", "pearson"] = "plug-in",
-    self_normalised: bool = False,
+    estimator: Literal["plug-in", "debiased", "composite", "pearson"] | None = None,
+    self_normalised: bool | None = None,
     interval: Literal["bootstrap", "delta", "fisher"] | None = None,
-    level: float = 0.95,
-    bootstrap: int = 2000,
-    seed: int = 0,
+    level: float | None = None,
+    bootstrap: int | None = None,
+    seed: int | None = None,
 ) -> pl.DataFrame:
     """The importance-weighted correlation of each planned pair, with an error bar.
 
@@ -184,7 +280,8 @@ def estimate(
     The standard error and interval come from `bootstrap` resamples of the draws (seeded;
     percentile interval), or with ``interval="delta"`` from the delta method on the means of
     the per-draw terms (rho_hat +- z se; the plain estimator only). The default is the
-    bootstrap, and the delta method for the composite.
+    bootstrap, the delta method for the composite and Fisher's for pearson; which estimator
+    takes which interval is one table, `_WAYS`.
 
     Parameters
     ----------
@@ -192,62 +289,68 @@ def estimate(
     labels : polars.DataFrame
         pair, input, label (as `aggregate` returns): one label per drawn (pair, input), in [0, 1]
         unless debiased; for the composite also the debiased column.
+    estimator, self_normalised, interval, level, bootstrap, seed
+        See `ESTIMATE_OPTIONS` (None: the declared default).
 
     Returns
     -------
     polars.DataFrame
         pair, unit, concept, unit_name, explanation, rho, se, ci_low, ci_high, draws, inputs.
     """
+    values = ESTIMATE_OPTIONS.resolve(
+        estimator=estimator,
+        self_normalised=self_normalised,
+        interval=interval,
+        level=level,
+        bootstrap=bootstrap,
+        seed=seed,
+    )
     plan = _check_plan(plan)
     labels = as_table(labels, "labels", "pair, input, label")
-    if not isinstance(estimator, str) or estimator not in ESTIMATORS:
-        raise ParameterError(f"estimator must be 'plug-in', 'debiased', 'composite' or 'pearson'; got {estimator!r}")
-    self_normalised = check_flag(self_normalised, "self_normalised")
-    if interval is None:
-        interval = "delta" if estimator == "composite" else "fisher" if estimator == "pearson" else "bootstrap"
-    if not isinstance(interval, str) or interval not in ("bootstrap", "delta", "fisher"):
-        raise ParameterError(f"interval must be 'bootstrap', 'delta' or 'fisher'; got {interval!r}")
-    if interval == "delta" and self_normalised:
-        raise ParameterError("interval='delta' is for the plain estimator; use the bootstrap with self_normalised")
-    if estimator == "pearson" and interval == "delta":
-        raise ParameterError("the pearson estimator's interval is fisher's (the default) or the bootstrap's")
-    if interval == "fisher" and estimator != "pearson":
-        raise ParameterError("interval='fisher' is the pearson estimator's")
-    if estimator == "composite" and (interval != "delta" or self_normalised):
-        raise ParameterError("the composite estimator takes the plain weights and the delta interval")
-    level = check_between(level, "level", 0.0, 1.0)
-    bootstrap = check_integer(bootstrap, "bootstrap", minimum=0)
-    seed = check_seed(seed)
+    way = _way(values["estimator"], values["interval"], values["self_normalised"])
+    joined = _labelled_draws(plan, labels, way)
+    tail = (1.0 - values["level"]) / 2.0
+    z = NormalDist().inv_cdf(1.0 - tail)
+    rows = [
+        _pair_row(int(index[0]), group, way, values, z, tail)
+        for index, group in joined.partition_by("pair", as_dict=True, maintain_order=True).items()
+    ]
+    return plan.pairs.join(pl.DataFrame(rows), on="pair", how="left", maintain_order="left")
+
+
+def _pair_row(
+    pair: int, group: pl.DataFrame, way: _Way, values: dict[str, Any], z: float, tail: float
+) -> dict[str, Any]:
+    """One pair's estimate, SE and interval from its labelled draws, the way the table says."""
+    w = group["weight"].to_numpy()
+    abar, c = group["abar"].to_numpy(), group["label"].to_numpy()
+    if way.interval == "delta":
+        debiased = group["debiased"].to_numpy() if way.estimator == "composite" else None
+        rho, se, low, high = _delta_interval(way.estimator, w, abar, c, debiased, z)
+    else:
+        statistic = _statistic(way.estimator, values["self_normalised"])
+        rho = float(statistic(w, abar, c))
+        if way.interval == "fisher":
+            se, low, high = _fisher_interval(rho, w, z)
+        else:
+            rng = np.random.default_rng([values["seed"], pair])
+            se, low, high = _bootstrap_interval(statistic, w, abar, c, values["bootstrap"], rng, tail)
+    inputs = int(group["input"].n_unique())
+    return {"pair": pair, "rho": rho, "se": se, "ci_low": low, "ci_high": high, "draws": w.size, "inputs": inputs}
+
+
+def _labelled_draws(plan: Plan, labels: pl.DataFrame, way: _Way) -> pl.DataFrame:
+    """The plan's draws with the label columns the estimator reads, each checked; every draw labelled."""
     labels = check_columns(labels, "labels", {"pair": "id", "input": "id"})
-    columns = {"label": estimator == "debiased"} | ({"debiased": True} if estimator == "composite" else {})
-    missing = [c for c in columns if c not in labels.columns]
+    missing = [column for column, _ in way.labels if column not in labels.columns]
     if missing:
-        hint = " (from aggregate(method='composite'))" if estimator == "composite" else ""
+        hint = " (from aggregate(method='composite'))" if way.estimator == "composite" else ""
         raise ShapeError(f"labels lack the column(s) {missing}{hint}")
     if labels.select("pair", "input").is_duplicated().any():
         raise LabelError("labels hold more than one label for some (pair, input)")
-    values = {}
-    for column, unbounded in columns.items():
-        dtype = labels[column].dtype
-        if not (dtype.is_numeric() or dtype == pl.Boolean):
-            raise LabelError(
-                f"labels column {column!r} must hold numbers{'' if unbounded else ' in [0, 1]'}; got {dtype}"
-            )
-        lab = labels[column].cast(pl.Float64)
-        if unbounded:
-            if lab.null_count() or not lab.is_finite().all():
-                raise ConceptRangeError(f"debiased labels (column {column!r}) must be finite numbers")
-        elif lab.null_count() or not lab.is_between(0.0, 1.0).all():
-            raise ConceptRangeError(
-                "labels must lie in [0, 1] (debiased labels, from aggregate(method='debiased'), need "
-                "estimator='debiased')"
-            )
-        values[column] = lab
+    values = [_label_column(labels, column, unbounded).alias(column) for column, unbounded in way.labels]
     joined = plan.draws.join(
-        labels.select("pair", "input", *(v.alias(c) for c, v in values.items())),
-        on=["pair", "input"],
-        how="left",
-        maintain_order="left",
+        labels.select("pair", "input", *values), on=["pair", "input"], how="left", maintain_order="left"
     )
     unlabelled = joined.filter(pl.col("label").is_null()).select("pair", "input").unique()
     if unlabelled.height:
@@ -255,58 +358,68 @@ def estimate(
         raise LabelError(
             f"{unlabelled.height} drawn (pair, input) have no label (first: pair {first['pair']}, input {first['input']})"
         )
-    rows = []
-    tail = (1.0 - level) / 2.0
-    z = NormalDist().inv_cdf(1.0 - tail)
-    for index, group in joined.partition_by("pair", as_dict=True, maintain_order=True).items():
-        w = group["weight"].to_numpy()
-        abar = group["abar"].to_numpy()
-        c = group["label"].to_numpy()
-        debiased = estimator == "debiased"
-        se = low = high = math.nan
-        if estimator == "composite":
-            parts = [
-                _delta_estimate(w, abar, x, flag) for x, flag in ((c, False), (group["debiased"].to_numpy(), True))
-            ]
-            rho, se, half = (float(v) for v in _composite(*parts[0], *parts[1], z))
-            low, high = rho - half, rho + half
-        elif interval == "delta":
-            value, error = _delta_estimate(w, abar, c, debiased)
-            rho = float(value)
-            if math.isfinite(rho):
-                se = float(error)
-                low, high = rho - z * se, rho + z * se
-        elif estimator == "pearson":
-            rho = float(_pearson(w, abar, c))
-            if interval == "fisher":
-                se, low, high = _fisher_interval(rho, w, z)
-        else:
-            rho = float(_rho(w, abar, c, self_normalised, debiased))
-        if interval == "bootstrap" and bootstrap and w.size > 1:
-            rng = np.random.default_rng([seed, int(index[0])])
-            idx = rng.integers(0, w.size, size=(bootstrap, w.size))
-            boot = (
-                _pearson(w[idx], abar[idx], c[idx])
-                if estimator == "pearson"
-                else _rho(w[idx], abar[idx], c[idx], self_normalised, debiased)
-            )
-            boot = boot[np.isfinite(boot)]
-            if boot.size > 1:
-                se = float(boot.std(ddof=1))
-                low, high = (float(v) for v in np.quantile(boot, [tail, 1.0 - tail]))
-        rows.append(
-            {
-                "pair": int(index[0]),
-                "rho": rho,
-                "se": se,
-                "ci_low": low,
-                "ci_high": high,
-                "draws": w.size,
-                "inputs": int(group["input"].n_unique()),
-            }
+    return joined
+
+
+def _label_column(labels: pl.DataFrame, column: str, unbounded: bool) -> pl.Series:
+    """A label column as float64: numbers in [0, 1], or any finite numbers where `unbounded`."""
+    dtype = labels[column].dtype
+    if not (dtype.is_numeric() or dtype == pl.Boolean):
+        raise LabelError(f"labels column {column!r} must hold numbers{'' if unbounded else ' in [0, 1]'}; got {dtype}")
+    values = labels[column].cast(pl.Float64)
+    if unbounded:
+        if values.null_count() or not values.is_finite().all():
+            raise ConceptRangeError(f"debiased labels (column {column!r}) must be finite numbers")
+    elif values.null_count() or not values.is_between(0.0, 1.0).all():
+        raise ConceptRangeError(
+            "labels must lie in [0, 1] (debiased labels, from aggregate(method='debiased'), need estimator='debiased')"
         )
-    result = pl.DataFrame(rows)
-    return plan.pairs.join(result, on="pair", how="left", maintain_order="left")
+    return values
+
+
+def _statistic(estimator: str, self_normalised: bool) -> Callable[[Array, Array, Array], Array]:
+    """The estimator over the last axis (draws) of weights, activations and labels."""
+    if estimator == "pearson":
+        return _pearson
+    return partial(_rho, self_normalised=self_normalised, debiased=estimator == "debiased")
+
+
+def _bootstrap_interval(
+    statistic: Callable[[Array, Array, Array], Array],
+    w: Array,
+    abar: Array,
+    c: Array,
+    resamples: int,
+    rng: np.random.Generator,
+    tail: float,
+) -> tuple[float, float, float]:
+    """SE and percentile interval from resamples of the draws (NaN with fewer than two defined)."""
+    if not resamples or w.size < 2:
+        return math.nan, math.nan, math.nan
+    idx = rng.integers(0, w.size, size=(resamples, w.size))
+    boot = statistic(w[idx], abar[idx], c[idx])
+    boot = boot[np.isfinite(boot)]
+    if boot.size < 2:
+        return math.nan, math.nan, math.nan
+    low, high = (float(v) for v in np.quantile(boot, [tail, 1.0 - tail]))
+    return float(boot.std(ddof=1)), low, high
+
+
+def _delta_interval(
+    estimator: str, w: Array, abar: Array, c: Array, debiased: Array | None, z: float
+) -> tuple[float, float, float, float]:
+    """rho, SE and interval by the delta method: the plain estimator's, or the composite of the
+    plug-in estimate of `c` and the debiased one of `debiased`."""
+    if debiased is not None:
+        plug_in, unbiased = _delta_estimate(w, abar, c, False), _delta_estimate(w, abar, debiased, True)
+        rho, se, half = (float(v) for v in _composite(*plug_in, *unbiased, z))
+        return rho, se, rho - half, rho + half
+    value, error = _delta_estimate(w, abar, c, estimator == "debiased")
+    rho = float(value)
+    if not math.isfinite(rho):
+        return rho, math.nan, math.nan, math.nan
+    se = float(error)
+    return rho, se, rho - z * se, rho + z * se
 
 
 def _delta_estimate(w: Array, abar: Array, c: Array, debiased: bool) -> tuple[Array, Array]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -17,15 +17,14 @@ from .._coerce import (
     as_pairs,
     as_probabilities,
     as_vector,
-    check_between,
     check_columns,
     check_integer,
     check_names,
     check_pairs,
     check_path,
-    check_seed,
 )
 from ..errors import EmptyInputError, LabelError, ParameterError, ShapeError, SourceError
+from ..options import SCORE_OPTIONS, Option, Options, value_error
 
 Array = npt.NDArray[np.float64]
 Sampling = Literal["mgis", "uniform"]
@@ -47,6 +46,79 @@ _PRIOR_CLIP = (0.001, 0.999)
 
 
 # --------------------------------------------------------------------------------------------
+# Options: each declared once, here for the parameters the crowd's steps share
+
+
+def _or_word(option: Option, word: str, help: str) -> Option:
+    """`option` (its default and domain) that also takes `word`."""
+    return replace(option, help=help, word=word)
+
+
+def _check_each(option: Option, values: Array, given: Any) -> Array:
+    """Every value of an array (a parameter that broadcasts) in `option`'s domain, else the
+    option's own error naming what was given."""
+    with np.errstate(invalid="ignore"):
+        above = values > option.low if option.low_open else values >= option.low
+        below = values < option.high if option.high_open else values <= option.high
+    if not np.all(above & below & np.isfinite(values)):
+        raise value_error(option.name, given, option.rule)
+    return values
+
+
+#: The seed of every draw (the core's rule).
+SEED = SCORE_OPTIONS["seed"]
+#: MG-IS's floor: the share of uniform sampling mixed into the proposal.
+GAMMA = Option(
+    "gamma",
+    "real",
+    0.2,
+    "MG-IS: the share of uniform sampling mixed in (1 is uniform)",
+    low=0.0,
+    low_open=True,
+    high=1.0,
+)
+#: The raters' error rate: BRAgg's eta and the simulated raters'.
+ETA = Option(
+    "eta", "real", 0.23, "the raters' error rate", low=0.0, low_open=True, high=0.5, high_open=True, metavar="RATE"
+)
+#: BRAgg's prior, a probability (`bragg_posterior`); `PRIOR` also takes 'model'.
+PRIOR_PROBABILITY = Option(
+    "prior",
+    "real",
+    0.05,
+    "BRAgg's prior that the concept is present",
+    low=0.0,
+    low_open=True,
+    high=1.0,
+    high_open=True,
+    metavar="P",
+)
+PRIOR = _or_word(
+    PRIOR_PROBABILITY,
+    "model",
+    "BRAgg's prior that the concept is present, or 'model' for the concept model's probability",
+)
+#: Raters per shown input.
+RATERS = Option("raters_per_input", "integer", 3, "raters per shown input", low=1, flag="--raters", metavar="N")
+
+#: `plan`'s options.
+PLAN_OPTIONS = Options(
+    RATERS,
+    GAMMA,
+    Option(
+        "sampling",
+        "choice",
+        "mgis",
+        "how the inputs are drawn: mgis (model-guided) or uniform",
+        choices=("mgis", "uniform"),
+    ),
+    SEED,
+)
+#: `Plan.tasks`'s option.
+TASK_OPTIONS = Options(Option("batch_size", "integer", 20, "inputs per task of the task table", low=1, metavar="N"))
+
+
+# --------------------------------------------------------------------------------------------
 # Sampling
 
 
@@ -59,33 +131,14 @@ def _standardise(x: Array) -> Array | None:
     return None if std == 0.0 else centred / std
 
 
-def _check_gamma(gamma: Any) -> float:
-    return check_between(gamma, "gamma", 0.0, 1.0, closed="right")
-
-
-def _check_rate(eta: Any) -> float:
-    """Raters' error rate: in (0, 0.5), raters right more often than wrong."""
-    return check_between(eta, "eta", 0.0, 0.5)
-
-
-def _check_prior(prior: Any) -> float | Literal["model"]:
-    """BRAgg's prior: a probability in (0, 1), or "model"."""
-    if isinstance(prior, str) and prior != "model":
-        raise ParameterError(f"prior must be a probability in (0, 1) or 'model'; got {prior!r}")
-    return "model" if isinstance(prior, str) else check_between(prior, "prior", 0.0, 1.0)
-
-
-def _check_target(target: Any) -> float:
-    return check_between(target, "target", 0.0, math.inf, closed="left")
-
-
-def proposal(activations_k: Any, concept_model_probs: Any, gamma: float = 0.2) -> Array:
+def proposal(activations_k: Any, concept_model_probs: Any, gamma: float | None = None) -> Array:
     """The MG-IS proposal over the N inputs for one (unit, explanation) pair (SPEC section 6).
 
     q_i = (1 - gamma) |abar_i chatbar_i| / sum_j |abar_j chatbar_j| + gamma / N, where abar and
     chatbar are the unit's activations and the concept model's probabilities standardised with
     population moments. When the model is constant (or no input has both terms nonzero) the
-    model part carries no information and q is uniform. gamma = 1 is uniform sampling.
+    model part carries no information and q is uniform. gamma = 1 is uniform sampling (default:
+    see `PLAN_OPTIONS`).
 
     Examples
     --------
@@ -95,7 +148,7 @@ def proposal(activations_k: Any, concept_model_probs: Any, gamma: float = 0.2) -
     """
     a = as_vector(activations_k, "activations_k")
     chat = as_probabilities(concept_model_probs, "concept_model_probs", a.size)
-    gamma = _check_gamma(gamma)
+    gamma = PLAN_OPTIONS.only("gamma").resolve(gamma=gamma)["gamma"]
     n = a.size
     abar = _standardise(a)
     if abar is None:
@@ -135,15 +188,15 @@ class Plan:
         """Ratings this plan asks for: raters_per_input per distinct (pair, input)."""
         return self.raters_per_input * self.inputs().height
 
-    def tasks(self, batch_size: int = 20) -> pl.DataFrame:
+    def tasks(self, batch_size: int | None = None) -> pl.DataFrame:
         """The task table for a crowdsourcing platform.
 
         One row per distinct (pair, input); each pair's inputs are grouped into tasks of at
-        most `batch_size` inputs (one explanation per task), each to be shown to
-        `raters_per_input` raters. Columns: task, pair, unit, unit_name, concept,
+        most `batch_size` inputs (one explanation per task; default: see `TASK_OPTIONS`), each
+        to be shown to `raters_per_input` raters. Columns: task, pair, unit, unit_name, concept,
         explanation, input, raters.
         """
-        batch_size = check_integer(batch_size, "batch_size", minimum=1)
+        batch_size = TASK_OPTIONS.resolve(batch_size=batch_size)["batch_size"]
         shown = self.inputs().with_columns(pl.int_range(pl.len()).over("pair").alias("position"))
         table = (
             shown.with_columns((pl.col("position") // batch_size).alias("batch"))
@@ -206,7 +259,8 @@ def _check_plan_frame(frame: pl.DataFrame, path: Any) -> None:
     n = frame["n_inputs"].max() if frame.height else 0
     valid = [
         frame.height > 0 and n >= 1 and frame["raters_per_input"].min() >= 1,  # type: ignore[operator]
-        frame["sampling"].is_in(["mgis", "uniform"]).all() and frame["gamma"].is_between(0, 1, closed="right").all(),
+        frame["sampling"].is_in(PLAN_OPTIONS["sampling"].choices).all()
+        and frame["gamma"].is_between(GAMMA.low, GAMMA.high, closed="right").all(),
         frame["input"].is_between(0, n - 1).all() and frame["q"].is_between(0.0, 1.0, closed="right").all(),  # type: ignore[operator]
         (frame["weight"].is_finite() & (frame["weight"] > 0) & frame["abar"].is_finite()).all(),
         frame["model"].is_between(0.0, 1.0).all(),
@@ -230,10 +284,10 @@ def plan(
     concept_model: Any,
     budget: int,
     *,
-    raters_per_input: int = 3,
-    gamma: float = 0.2,
-    sampling: Sampling = "mgis",
-    seed: int = 0,
+    raters_per_input: int | None = None,
+    gamma: float | None = None,
+    sampling: Sampling | None = None,
+    seed: int | None = None,
     unit_names: Sequence[str] | None = None,
     explanations: Sequence[str] | None = None,
 ) -> Plan:
@@ -253,9 +307,13 @@ def plan(
         The cheap concept model's probability that each explanation holds for each input.
     budget : int
         Ratings per pair.
+    raters_per_input, gamma, sampling, seed
+        See `PLAN_OPTIONS` (None: the declared default).
     unit_names, explanations : sequence of str, optional
         Names of the K units and texts of the T explanations, for the task table.
     """
+    values = PLAN_OPTIONS.resolve(raters_per_input=raters_per_input, gamma=gamma, sampling=sampling, seed=seed)
+    raters_per_input, gamma, sampling = values["raters_per_input"], values["gamma"], values["sampling"]
     pair_array = as_pairs(pairs)
     if pair_array.shape[0] == 0:
         raise EmptyInputError("no (unit, concept) pair to plan")
@@ -267,17 +325,12 @@ def plan(
         raise EmptyInputError("activations and concept_model have no inputs (rows)")
     n_units, n_concepts = a.shape[1], chat.shape[1]
     check_pairs(pair_array, n_units, n_concepts)
-    raters_per_input = check_integer(raters_per_input, "raters_per_input", minimum=1)
     # At most 2^53: ratings are counted in float64, exactly.
     budget = check_integer(budget, "budget", minimum=1, maximum=2**53)
     if budget < raters_per_input:
         raise ParameterError(
             f"budget must be an integer of at least raters_per_input ({raters_per_input}); got {budget!r}"
         )
-    if not isinstance(sampling, str) or sampling not in ("mgis", "uniform"):
-        raise ParameterError(f"sampling must be 'mgis' or 'uniform'; got {sampling!r}")
-    seed = check_seed(seed)
-    gamma = _check_gamma(gamma)
     unit_names = check_names(unit_names, n_units, "unit_names")
     explanations = check_names(explanations, n_concepts, "explanations")
     n = a.shape[0]
@@ -290,7 +343,7 @@ def plan(
         if abar is None:
             raise ParameterError(f"activations column {k} is constant: its correlation with any concept is undefined")
         q = proposal(unit, model, gamma if sampling == "mgis" else 1.0)
-        rng = np.random.default_rng([seed, index])
+        rng = np.random.default_rng([values["seed"], index])
         drawn = rng.choice(n, size=n_draws, p=q)
         frames.append(
             pl.DataFrame(

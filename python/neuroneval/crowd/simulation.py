@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -19,30 +19,45 @@ from .._coerce import (
     as_probabilities,
     as_table,
     as_vector,
-    check_between,
     check_columns,
     check_flag,
     check_integer,
     check_pairs,
-    check_seed,
     check_sequence,
 )
 from ..errors import EmptyInputError, LabelError, ParameterError, ShapeError
+from ..options import Option, Options
 from .aggregation import _vote_labels
-from .estimation import _composite, _debiased_value, _delta_se, _plug_in_value, _terms
+from .estimation import LEVEL, _composite, _debiased_value, _delta_se, _plug_in_value, _terms
 from .sampling import (
     _PRIOR_CLIP,
     CONFIGURATIONS,
+    ETA,
+    GAMMA,
     METHODS,
+    PRIOR,
+    RATERS,
+    SEED,
     Array,
     Method,
     Sampling,
-    _check_gamma,
-    _check_prior,
-    _check_rate,
-    _check_target,
     _standardise,
     proposal,
+)
+
+#: The relative correlation error to reach.
+TARGET = Option("target", "real", 0.275, "the RCE to reach", low=0.0)
+
+#: `simulate`'s options (raters_per_input also takes a sequence of them, to compare).
+SIMULATE_OPTIONS = Options(
+    replace(ETA, help="the simulated raters' error rate"),
+    RATERS,
+    Option("trials", "integer", 20, "trials per configuration and budget", low=1, metavar="N"),
+    GAMMA,
+    PRIOR,
+    TARGET,
+    replace(LEVEL, help="the level of the delta-method intervals whose coverage is reported"),
+    SEED,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -69,8 +84,8 @@ class Simulation:
     eta: float
     trials: int
     budgets: tuple[int, ...] = field(default=())
-    raters: tuple[int, ...] = field(default=(3,))
-    level: float = 0.95
+    raters: tuple[int, ...] = field(default=(RATERS.default,))
+    level: float = LEVEL.default
 
     @property
     def model_rce(self) -> float:
@@ -187,7 +202,7 @@ def needed_budgets(rce: pl.DataFrame, target: float) -> pl.DataFrame:
     [565.7]
     """
     rce = as_table(rce, "rce", "sampling, aggregation, budget, rce")
-    target = _check_target(target)
+    target = TARGET.check(target)
     rce = check_columns(rce, "rce rows", {"sampling": "any", "aggregation": "any", "budget": "number", "rce": "number"})
     budget = rce["budget"].cast(pl.Float64)
     if not (budget.is_finite() & (budget > 0)).all():
@@ -263,14 +278,14 @@ def simulate(
     budgets: Sequence[int],
     *,
     configurations: Sequence[tuple[Sampling, Method]] = CONFIGURATIONS,
-    eta: float = 0.23,
-    raters_per_input: int | Sequence[int] = 3,
-    trials: int = 20,
-    gamma: float = 0.2,
-    prior: float | Literal["model"] = 0.05,
-    target: float = 0.275,
-    level: float = 0.95,
-    seed: int = 0,
+    eta: float | None = None,
+    raters_per_input: int | Sequence[int] | None = None,
+    trials: int | None = None,
+    gamma: float | None = None,
+    prior: float | Literal["model"] | None = None,
+    target: float | None = None,
+    level: float | None = None,
+    seed: int | None = None,
     progress: bool = True,
 ) -> Simulation:
     """Simulate crowdsourced correlation estimates on real data, to choose a budget and raters per input.
@@ -306,6 +321,8 @@ def simulate(
         the cheapest per configuration).
     level : float
         The level of the delta-method intervals whose coverage is reported.
+    eta, trials, gamma, prior, target, seed
+        The defaults and domains of these and of the two above: see `SIMULATE_OPTIONS`.
     progress : bool
         A progress bar over (sampling, raters, pair) steps on a terminal.
 
@@ -322,9 +339,48 @@ def simulate(
     >>> round(sim.model_rce, 3)     # the concept model alone, without a rating
     0.078
     """
-    from .._score import compute
-    from ..progress import Progress
+    values = SIMULATE_OPTIONS.but("raters_per_input").resolve(
+        eta=eta, trials=trials, gamma=gamma, prior=prior, target=target, level=level, seed=seed
+    )
+    raters = _check_raters(raters_per_input)
+    progress = check_flag(progress, "progress")
+    a, y, chat, pair_array = _simulation_data(activations, labels, concept_model, pairs)
+    configurations = _check_configurations(configurations)
+    budget_list = _check_budgets(budgets, raters)
+    data = _Data(a, y, chat, pair_array, *_true_correlations(a, y, chat, pair_array))
+    results = _simulate_all(data, configurations, raters, budget_list, values, progress)
+    pair_table = pl.DataFrame(
+        {"unit": pair_array[:, 0], "concept": pair_array[:, 1], "rho": data.rho, "model_rho": data.model_rho}
+    )
+    return Simulation(
+        pl.DataFrame(_rce_rows(results, configurations, raters, values["trials"], pair_array.shape[0])),
+        pair_table,
+        values["target"],
+        values["eta"],
+        values["trials"],
+        tuple(budget_list),
+        raters,
+        values["level"],
+    )
 
+
+_SAMPLINGS = ("uniform", "mgis")
+
+
+class _Data(NamedTuple):
+    """What is simulated: activations (N, K), true labels and the concept model (N, T), the
+    (unit, concept) pairs, and each pair's true and concept-model correlation."""
+
+    a: Array
+    y: Array
+    chat: Array
+    pairs: npt.NDArray[np.int64]
+    rho: Array
+    model_rho: Array
+
+
+def _simulation_data(activations: Any, labels: Any, concept_model: Any, pairs: Any) -> tuple[Array, Array, Array, Any]:
+    """The arrays as float64 matrices of one number of inputs, binary true labels, and the pairs."""
     a = as_matrix(activations, "activations").astype(np.float64)
     y = as_matrix(labels, "labels").astype(np.float64)
     chat = as_matrix(concept_model, "concept_model").astype(np.float64)
@@ -347,59 +403,93 @@ def simulate(
     if pair_array.shape[0] == 0:
         raise EmptyInputError("no (unit, concept) pair to simulate")
     check_pairs(pair_array, a.shape[1], y.shape[1])
-    eta = _check_rate(eta)
-    raters = _check_raters(raters_per_input)
-    trials = check_integer(trials, "trials", minimum=1)
-    gamma = _check_gamma(gamma)
-    prior = _check_prior(prior)
-    target = _check_target(target)
-    level = check_between(level, "level", 0.0, 1.0)
-    seed = check_seed(seed)
-    progress = check_flag(progress, "progress")
-    configurations = _check_configurations(configurations)
+    return a, y, chat, pair_array
+
+
+def _check_budgets(budgets: Any, raters: tuple[int, ...]) -> list[int]:
+    """The budgets, sorted without repeats: integers of at least the smallest raters per input."""
     budget_list = sorted({check_integer(b, "budgets", minimum=1) for b in check_sequence(budgets, "budgets")})
     if not budget_list or budget_list[0] < raters[0]:
         raise ParameterError(f"budgets must be integers of at least raters_per_input ({raters[0]})")
-    for k, t in pair_array:  # each pair's data, named, before any work
+    return budget_list
+
+
+def _true_correlations(a: Array, y: Array, chat: Array, pair_array: Any) -> tuple[Array, Array]:
+    """Each pair's exact correlation with the true labels (defined and nonzero: the RCE divides by
+    it) and with the concept model; each pair's data named before any work."""
+    from .._score import compute
+
+    for k, t in pair_array:
         as_vector(a[:, k], f"activations column {k}")
         as_probabilities(chat[:, t], f"concept_model column {t}")
     rho = compute(a, y, ["correlation"], pairs=pair_array)["correlation"]
     if not np.all(np.isfinite(rho)) or np.any(rho == 0):
         raise ParameterError("every pair needs a defined, nonzero true correlation (RCE divides by it)")
     model_rho = compute(a, chat, ["correlation"], pairs=pair_array)["correlation"]
-    z = NormalDist().inv_cdf(0.5 + level / 2.0)
+    return rho, model_rho
+
+
+def _simulate_all(
+    data: _Data,
+    configurations: list[tuple[Sampling, Method]],
+    raters: tuple[int, ...],
+    budget_list: list[int],
+    values: dict[str, Any],
+    progress: bool,
+) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """Every (sampling, raters per input, pair) step, each with its own seeded stream: the errors
+    of each (sampling, aggregation, raters per input) at each budget, over trials and pairs."""
+    from ..progress import Progress
+
+    n_pairs = data.pairs.shape[0]
+    z = NormalDist().inv_cdf(0.5 + values["level"] / 2.0)
     samplings = list(dict.fromkeys(s for s, _ in configurations))
-    steps = len(samplings) * len(raters) * pair_array.shape[0]
-    bar = Progress(progress).bar("simulating", total=steps, unit="step")
+    bar = Progress(progress).bar("simulating", total=len(samplings) * len(raters) * n_pairs, unit="step")
     results: dict[tuple[str, str, int], dict[str, Any]] = {}
     for sampling in samplings:
         methods = [m for s, m in configurations if s == sampling]
         for m in raters:
             budgets_m = np.array([b for b in budget_list if b >= m], dtype=np.int64)
             if budgets_m.size == 0:
-                bar.update(pair_array.shape[0])
+                bar.update(n_pairs)
                 continue
-            draws_at = budgets_m // m
-            out: dict[str, dict[str, Any]] = {
-                method: {
-                    "budgets": budgets_m,
-                    "error": np.empty((trials, draws_at.size, pair_array.shape[0])),
-                    "signed": np.empty((trials, draws_at.size, pair_array.shape[0])),
-                    "covered": np.empty((trials, draws_at.size, pair_array.shape[0]), dtype=bool),
-                    "nan": 0 * draws_at,
-                    "ratings": np.zeros(draws_at.size),
-                }
-                for method in methods
-            }
-            for pi, (k, t) in enumerate(pair_array):
-                _simulate_pair(
-                    out, a[:, k], y[:, t], chat[:, t], rho[pi], pi, sampling, m, draws_at, trials,
-                    eta, gamma, prior, z, np.random.default_rng([seed, _SAMPLINGS.index(sampling), m, pi]),
-                )  # fmt: skip
+            out = _no_errors_yet(methods, budgets_m, values["trials"], n_pairs)
+            for pi, (k, t) in enumerate(data.pairs):
+                rng = np.random.default_rng([values["seed"], _SAMPLINGS.index(sampling), m, pi])
+                _simulate_pair(out, data, pi, k, t, sampling, m, budgets_m // m, values, z, rng)
                 bar.update(1)
             for method in methods:
                 results[(sampling, method, m)] = out[method]
     bar.close()
+    return results
+
+
+def _no_errors_yet(
+    methods: Sequence[str], budgets: npt.NDArray[np.int64], trials: int, n_pairs: int
+) -> dict[str, dict[str, Any]]:
+    """Each aggregation's arrays of errors (trials, budgets, pairs) and counts per budget, to fill."""
+    shape = (trials, budgets.size, n_pairs)
+    return {
+        method: {
+            "budgets": budgets,
+            "error": np.empty(shape),
+            "signed": np.empty(shape),
+            "covered": np.empty(shape, dtype=bool),
+            "nan": np.zeros(budgets.size, dtype=np.int64),
+            "ratings": np.zeros(budgets.size),
+        }
+        for method in methods
+    }
+
+
+def _rce_rows(
+    results: dict[tuple[str, str, int], dict[str, Any]],
+    configurations: list[tuple[Sampling, Method]],
+    raters: tuple[int, ...],
+    trials: int,
+    n_pairs: int,
+) -> list[dict[str, Any]]:
+    """`Simulation.rce`'s rows: one per (configuration, raters per input, budget) simulated."""
     rows = []
     for sampling, method in configurations:
         for m in raters:
@@ -422,48 +512,46 @@ def simulate(
                         "bias_se": float(signed[:, j].std(ddof=1) / math.sqrt(trials)) if trials > 1 else math.nan,
                         "coverage": float(result["covered"][:, j].mean()),
                         "nan_estimates": int(result["nan"][j]),
-                        "ratings": float(result["ratings"][j] / pair_array.shape[0]),
+                        "ratings": float(result["ratings"][j] / n_pairs),
                     }
                 )
-    pair_table = pl.DataFrame(
-        {"unit": pair_array[:, 0], "concept": pair_array[:, 1], "rho": rho, "model_rho": model_rho}
-    )
-    return Simulation(pl.DataFrame(rows), pair_table, target, eta, trials, tuple(budget_list), raters, level)
+    return rows
 
 
-_SAMPLINGS = ("uniform", "mgis")
+def _draw(
+    rng: np.random.Generator, sampling: str, a: Array, chat: Array, gamma: float, shape: tuple[int, int]
+) -> tuple[npt.NDArray[np.int64], Array]:
+    """Inputs drawn with replacement (MG-IS's proposal or uniform) and their weights 1 / (N q)."""
+    n = a.size
+    if sampling == "mgis":
+        q = proposal(a, chat, gamma)
+        drawn = rng.choice(n, size=shape, p=q)
+        return drawn, 1.0 / (n * q[drawn])
+    return rng.integers(0, n, size=shape), np.ones(shape)
 
 
 def _simulate_pair(
     out: dict[str, dict[str, Any]],
-    a: Array,
-    y: Array,
-    chat: Array,
-    rho: float,
+    data: _Data,
     pi: int,
+    k: int,
+    t: int,
     sampling: str,
     m: int,
     draws_at: npt.NDArray[np.int64],
-    trials: int,
-    eta: float,
-    gamma: float,
-    prior: float | str,
+    values: dict[str, Any],
     z: float,
     rng: np.random.Generator,
 ) -> None:
     """One pair's trials at one (sampling, raters per input), every budget and aggregation at once:
     the draws and votes of the largest budget, prefix sums of the estimators' terms for the others."""
+    a, y, chat, rho = data.a[:, k], data.y[:, t], data.chat[:, t], data.rho[pi]
+    trials, eta, prior = values["trials"], values["eta"], values["prior"]
     n = a.size
     n_max = int(draws_at[-1])
     abar = _standardise(a)
     assert abar is not None  # the true correlation is defined
-    if sampling == "mgis":
-        q = proposal(a, chat, gamma)
-        drawn = rng.choice(n, size=(trials, n_max), p=q)
-        w = 1.0 / (n * q[drawn])
-    else:
-        drawn = rng.integers(0, n, size=(trials, n_max))
-        w = np.ones((trials, n_max))
+    drawn, w = _draw(rng, sampling, a, chat, values["gamma"], (trials, n_max))
     # A repeated input is rated once per trial: one vote count per distinct (trial, input).
     keys = drawn + n * np.arange(trials)[:, None]
     shown, first, inverse = np.unique(keys.ravel(), return_index=True, return_inverse=True)
@@ -514,15 +602,14 @@ def _simulate_pair(
 
 
 def _check_raters(raters: Any) -> tuple[int, ...]:
-    """Raters per input: one integer >= 1 or a non-empty sequence of them (sorted, without repeats)."""
+    """Raters per input: one value of `RATERS` (None: its default) or a non-empty sequence of
+    them (sorted, without repeats)."""
     if isinstance(raters, (list, tuple, np.ndarray, range)):
-        values = sorted(
-            {check_integer(r, "raters_per_input", minimum=1) for r in check_sequence(raters, "raters_per_input")}
-        )
+        values = sorted({RATERS.check(r) for r in check_sequence(raters, "raters_per_input")})
         if not values:
             raise ParameterError("raters_per_input is empty: give at least one number of raters per input")
         return tuple(values)
-    return (check_integer(raters, "raters_per_input", minimum=1),)
+    return (RATERS.default if raters is None else RATERS.check(raters),)
 
 
 def _check_configurations(configurations: Any) -> list[tuple[Sampling, Method]]:

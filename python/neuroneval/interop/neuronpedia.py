@@ -51,6 +51,7 @@ import polars as pl
 
 from ..errors import ParameterError, SourceError
 from ..files import parse_json, write_files_atomic
+from ..options import Option, Options
 from ._fields import json_string
 
 __all__ = ["is_neuronpedia_export", "read_neuronpedia_explanations", "write_neuronpedia_explanations"]
@@ -247,13 +248,16 @@ def read_neuronpedia_explanations(
     return pl.DataFrame(records, schema=schema).sort("unit", "explainer")
 
 
+#: The options of `write_neuronpedia_explanations`.
+EXPORT_OPTIONS = Options(Option("batch_size", "integer", 10_000, "explanation rows per batch-N.jsonl.gz file", low=1))
+
+
 def write_neuronpedia_explanations(
-    directory: str | os.PathLike[str], rows: Sequence[dict[str, Any]], *, batch_size: int = 10_000
+    directory: str | os.PathLike[str], rows: Sequence[dict[str, Any]], *, batch_size: int | None = None
 ) -> list[Path]:
     """Write explanation rows (dicts with Neuronpedia's field names) as ``batch-N.jsonl.gz``
-    files of `batch_size` rows each, all or none."""
-    if not isinstance(batch_size, int) or batch_size <= 0:
-        raise ParameterError(f"batch_size must be a positive integer; got {batch_size!r}")
+    files of `batch_size` rows each (`EXPORT_OPTIONS`), all or none."""
+    batch_size = EXPORT_OPTIONS.resolve(batch_size=batch_size)["batch_size"]
     files: dict[str, Any] = {}
     for n, start in enumerate(range(0, max(len(rows), 1), batch_size)):
         text = "".join(json.dumps(r) + "\n" for r in rows[start : start + batch_size])

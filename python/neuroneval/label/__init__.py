@@ -32,15 +32,31 @@ from .cache import LabelCache, default_cache_path
 from .calibration import calibrate
 from .clip import ClipJudge
 from .embedding import E5Judge, EmbeddingJudge, MiniLMJudge, e5, minilm
-from .endpoint import EndpointJudge
-from .judge import Calibration, Judge, Judgement, expected_calibration_error, fit_calibration
-from .llm import LocalLLMJudge, messages, smollm2, smollm2_path, yes_no_score
-from .names import judge_names, make_judge
-from .run import Labels, LabelStats, explanations_table, label, read_explanations, read_inputs
-from .server import JudgeServer
-from .study import JudgedStudy, judged_correlations
+from .endpoint import ENDPOINT_OPTIONS, EndpointJudge
+from .judge import (
+    CALIBRATION_OPTIONS,
+    LOCAL_JUDGE_OPTIONS,
+    Calibration,
+    Judge,
+    Judgement,
+    expected_calibration_error,
+    fit_calibration,
+)
+from .llm import LLM_OPTIONS, LocalLLMJudge, messages, smollm2, smollm2_path, yes_no_score
+from .names import JUDGE_OPTIONS, judge_names, make_judge
+from .run import LABEL_OPTIONS, Labels, LabelStats, explanations_table, label, read_explanations, read_inputs
+from .server import SERVER_OPTIONS, JudgeServer
+from .study import STUDY_OPTIONS, JudgedStudy, judged_correlations
 
 __all__ = [
+    "CALIBRATION_OPTIONS",
+    "ENDPOINT_OPTIONS",
+    "JUDGE_OPTIONS",
+    "LABEL_OPTIONS",
+    "LLM_OPTIONS",
+    "LOCAL_JUDGE_OPTIONS",
+    "SERVER_OPTIONS",
+    "STUDY_OPTIONS",
     "Calibration",
     "ClipJudge",
     "E5Judge",

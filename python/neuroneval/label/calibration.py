@@ -33,12 +33,12 @@ def calibrate(
     labels: Any,
     *,
     cache: LabelCache | str | os.PathLike[str] | None = None,
-    batch_size: int = 32,
+    batch_size: int | None = None,
 ) -> Judge:
     """The judge with a sigmoid fitted on binary `labels` (N inputs x T explanations) of the
     same inputs and explanations: one slope and offset for all explanations, by maximum
     likelihood (`fit_calibration`). The judge's raw scores come through `cache`, so calibrating
-    and then labelling the same pairs judges them once.
+    and then labelling the same pairs judges them once; `batch_size` is `label`'s.
     """
     y = np.asarray(labels, dtype=np.float64)
     raw = label(judge, inputs, explanations, cache=cache, batch_size=batch_size).scores

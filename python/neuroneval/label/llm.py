@@ -41,11 +41,13 @@ from typing import Any
 import numpy as np
 
 from neuroneval.errors import ParameterError, SourceError
+from neuroneval.options import Option, Options
 
-from .judge import Calibration, Judge, Judgement
+from .judge import LOCAL_JUDGE_OPTIONS, Calibration, Judge, Judgement
 
 __all__ = [
     "DEFAULT_TEMPLATE",
+    "LLM_OPTIONS",
     "SYSTEM_PROMPT",
     "TOP_LOGPROBS",
     "LocalLLMJudge",
@@ -58,6 +60,24 @@ __all__ = [
 SYSTEM_PROMPT = "You decide whether a description of a neuron fits a text. Answer Yes or No."
 DEFAULT_TEMPLATE = "Description: {explanation}\nDoes the description fit this text? Answer Yes or No.\nText:\n{input}"
 TOP_LOGPROBS = 20
+#: The options of a `LocalLLMJudge`'s model: where it runs, its precision, its batches.
+LLM_OPTIONS = LOCAL_JUDGE_OPTIONS + Options(
+    Option(
+        "dtype",
+        "choice",
+        "float32",
+        "the model's precision; float64 is slower and its scores do not depend on the batch, to 1e-12",
+        choices=("float32", "float64"),
+    ),
+    Option(
+        "batch_size",
+        "integer",
+        16,
+        "inputs per forward pass after the shared prefix, the fixed batches `label` hands the judge",
+        low=1,
+        metavar="N",
+    ),
+)
 _MARK = "\x00neuroneval-input\x00"
 
 
@@ -150,16 +170,13 @@ class LocalLLMJudge(Judge):
         A GGUF file, or a transformers model directory.
     name : str
         The judge's name (its identity in the cache, with the file's name and size).
-    device : str
-        Where the model runs.
-    dtype : str
-        "float32" (the default) or "float64" (slower; results then do not depend on how inputs
-        are batched, to 1e-12).
-    batch_size : int
-        Inputs per forward pass after the shared prefix. In float32 a score depends (by ~1e-5) on
-        the batch it ran in, so `label` always hands this judge the same batches of this many
-        inputs (`fixed_batch`): its results do not depend on `label`'s batch size or on what the
-        cache already holds.
+    device, dtype, batch_size : optional
+        `LLM_OPTIONS` (None: the declared default). Where the model runs; its precision,
+        "float32" or "float64" (slower; results then do not depend on how inputs are batched, to
+        1e-12); the inputs per forward pass after the shared prefix. In float32 a score depends
+        (by ~1e-5) on the batch it ran in, so `label` always hands this judge the same batches of
+        this many inputs (`fixed_batch`): its results do not depend on `label`'s batch size or on
+        what the cache already holds.
     template : str
         The user turn, with ``{explanation}`` and ``{input}``.
     """
@@ -171,9 +188,9 @@ class LocalLLMJudge(Judge):
         path: str | os.PathLike[str],
         *,
         name: str = "llm",
-        device: str = "cpu",
-        dtype: str = "float32",
-        batch_size: int = 16,
+        device: str | None = None,
+        dtype: str | None = None,
+        batch_size: int | None = None,
         template: str = DEFAULT_TEMPLATE,
         calibration: Calibration | None = None,
     ) -> None:
@@ -181,14 +198,11 @@ class LocalLLMJudge(Judge):
         self.path = Path(path)
         if not self.path.exists():
             raise SourceError(f"no model at {self.path}")
-        if dtype not in ("float32", "float64"):
-            raise ParameterError(f"dtype must be 'float32' or 'float64'; got {dtype!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ParameterError(f"batch_size must be a positive integer; got {batch_size!r}")
+        values = LLM_OPTIONS.resolve(device=device, dtype=dtype, batch_size=batch_size)
         self.name = name
-        self.device = device
-        self.dtype = dtype
-        self.batch_size = batch_size
+        self.device: str = values["device"]
+        self.dtype: str = values["dtype"]
+        self.batch_size: int = values["batch_size"]
         self._template = check_template(template)
         self._prefixes: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         self._loaded = False

@@ -17,12 +17,19 @@ import os
 from typing import Any
 
 from neuroneval.errors import ParameterError
+from neuroneval.options import Options
 
-from .judge import Calibration, Judge
+from .endpoint import ENDPOINT_OPTIONS, EndpointJudge
+from .judge import LOCAL_JUDGE_OPTIONS, Calibration, Judge
 
-__all__ = ["judge_names", "make_judge"]
+__all__ = ["JUDGE_OPTIONS", "judge_names", "make_judge"]
 
 _NAMES = ("minilm", "e5", "smollm2", "openai:MODEL", "clip:ARCHITECTURE")
+
+#: The options of a judge named by `make_judge` (an endpoint's; a local model's device).
+JUDGE_OPTIONS: Options = (
+    ENDPOINT_OPTIONS.only("base_url", "api_key_env", "concurrency", "price_per_million_tokens") + LOCAL_JUDGE_OPTIONS
+)
 
 
 def judge_names() -> tuple[str, ...]:
@@ -34,16 +41,25 @@ def make_judge(
     spec: str,
     *,
     base_url: str | None = None,
-    api_key_env: str = "OPENAI_API_KEY",
-    concurrency: int = 8,
-    price_per_million_tokens: float = 0.0,
+    api_key_env: str | None = None,
+    concurrency: int | None = None,
+    price_per_million_tokens: float | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
-    device: str = "cpu",
+    device: str | None = None,
     calibration: Calibration | None = None,
 ) -> Judge:
-    """The judge that `spec` names (see the module's docstring)."""
+    """The judge that `spec` names (see the module's docstring); the options are `JUDGE_OPTIONS`
+    (None: the declared default), each checked whichever judge it names."""
     if not isinstance(spec, str):
         raise ParameterError(f"a judge is named by a string; got {spec!r}")
+    values = JUDGE_OPTIONS.resolve(
+        base_url=base_url,
+        api_key_env=api_key_env,
+        concurrency=concurrency,
+        price_per_million_tokens=price_per_million_tokens,
+        device=device,
+    )
+    device = values["device"]
     kind, _, rest = spec.partition(":")
     if spec == "minilm":
         from .embedding import MiniLMJudge
@@ -58,16 +74,8 @@ def make_judge(
 
         return smollm2(device=device, calibration=calibration)
     if kind == "openai" and rest:
-        from .endpoint import EndpointJudge
-
-        return EndpointJudge(
-            rest,
-            base_url=base_url,
-            api_key_env=api_key_env,
-            concurrency=concurrency,
-            price_per_million_tokens=price_per_million_tokens,
-            calibration=calibration,
-        )
+        endpoint = {name: values[name] for name in ENDPOINT_OPTIONS if name in values}
+        return EndpointJudge(rest, calibration=calibration, **endpoint)
     if kind == "clip" and rest:
         if checkpoint is None:
             raise ParameterError(f"the judge {spec} needs a checkpoint (a path to its weights)")

@@ -20,12 +20,37 @@ import numpy.typing as npt
 import polars as pl
 
 from neuroneval.errors import EmptyInputError, ParameterError, ShapeError, SourceError
+from neuroneval.options import Option, Options
 from neuroneval.progress import Progress
 
 from .cache import LabelCache
 from .judge import Judge, checked_explanation
+from .llm import LLM_OPTIONS
 
-__all__ = ["LabelStats", "Labels", "explanations_table", "label", "read_explanations", "read_inputs"]
+__all__ = ["LABEL_OPTIONS", "LabelStats", "Labels", "explanations_table", "label", "read_explanations", "read_inputs"]
+
+#: How inputs are read (`read_inputs`), handed to a judge (`label`) and kept (`Labels.table`).
+LABEL_OPTIONS = Options(
+    Option("column", "text", "text", "the inputs table's text column"),
+    Option(
+        "batch_size",
+        "integer",
+        32,
+        "inputs handed to the judge at once, each batch stored in the cache as soon as it is judged; the LLM "
+        f"judges run their own fixed batches of {LLM_OPTIONS['batch_size'].default}, so their results do not "
+        "depend on it",
+        low=1,
+        metavar="N",
+    ),
+    Option(
+        "min_probability",
+        "real",
+        0.0,
+        "the least probability a row of the long table keeps (rows under it read as 0)",
+        low=0,
+        high=1,
+    ),
+)
 
 
 @dataclass
@@ -71,11 +96,11 @@ class Labels:
     explanations: list[str]
     stats: LabelStats = field(default_factory=LabelStats)
 
-    def table(self, *, min_probability: float = 0.0) -> pl.DataFrame:
+    def table(self, *, min_probability: float | None = None) -> pl.DataFrame:
         """The long (input, concept, probability) table that `neuroneval.score` and the CLI read;
-        rows under `min_probability` are left out (they read as 0)."""
-        n, t = self.probabilities.shape
-        keep = self.probabilities >= min_probability
+        rows under `min_probability` (`LABEL_OPTIONS`) are left out (they read as 0)."""
+        least = LABEL_OPTIONS.only("min_probability").resolve(min_probability=min_probability)["min_probability"]
+        keep = self.probabilities >= least
         rows, cols = np.nonzero(keep)
         return pl.DataFrame(
             {
@@ -156,9 +181,10 @@ def read_explanations(path: str | os.PathLike[str]) -> pl.DataFrame:
     return explanations_table(frame)
 
 
-def read_inputs(path: str | os.PathLike[str], *, column: str = "text") -> list[Any]:
+def read_inputs(path: str | os.PathLike[str], *, column: str | None = None) -> list[Any]:
     """Inputs from a file: `.txt` (one text per line), `.csv`/`.parquet`/`.jsonl` (the `column`
-    column), or `.npy` (images, shape (N, H, W, 3))."""
+    column, `LABEL_OPTIONS`), or `.npy` (images, shape (N, H, W, 3))."""
+    column = LABEL_OPTIONS.only("column").resolve(column=column)["column"]
     p = Path(path)
     if not p.is_file():
         raise SourceError(f"no inputs file at {p}")
@@ -197,7 +223,7 @@ def label(
     explanations: Any,
     *,
     cache: LabelCache | str | os.PathLike[str] | None = None,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     progress: bool = False,
 ) -> Labels:
     """Every (input, explanation) judged once: cached judgements are read, the others made.
@@ -217,8 +243,8 @@ def label(
     cache : LabelCache or path, optional
         Where judgements are stored and looked up; None labels without a cache (every
         judgement is made).
-    batch_size : int
-        Inputs handed to the judge at once; each batch is stored as soon as it is judged. A
+    batch_size : int, optional
+        Inputs handed to the judge at once (default: see `LABEL_OPTIONS`); each batch is stored as soon as it is judged. A
         judge whose scores depend on their batch (`Judge.fixed_batch`: the LLM judges) is handed
         its own fixed batches instead, so its results do not depend on this.
     progress : bool
@@ -241,8 +267,7 @@ def label(
     """
     if not isinstance(judge, Judge):
         raise ParameterError(f"judge must be a neuroneval.label judge; got {type(judge).__name__}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ParameterError(f"batch_size must be a positive integer; got {batch_size!r}")
+    batch_size = LABEL_OPTIONS.only("batch_size").resolve(batch_size=batch_size)["batch_size"]
     values = judge.check_inputs(inputs)
     table = explanations_table(explanations)
     work = _Labelling(judge, values, table["explanation"].to_list())

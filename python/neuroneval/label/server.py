@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import math
 import socket
 import threading
 import time
@@ -54,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from neuroneval.errors import ParameterError, SourceError
 from neuroneval.files import parse_json
+from neuroneval.options import Option, Options
 
 from .llm import TOP_LOGPROBS, LocalLLMJudge
 
@@ -62,16 +62,51 @@ if TYPE_CHECKING:
     from starlette.responses import Response
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["IDLE_TIMEOUT", "MAX_BODY_BYTES", "MAX_PROMPT_TOKENS", "READ_TIMEOUT", "JudgeServer"]
+__all__ = ["SERVER_OPTIONS", "JudgeServer"]
 
-#: The largest request body read, in bytes (a judgement's prompt is a few KB of JSON).
-MAX_BODY_BYTES = 256 * 1024
-#: The longest prompt judged, in tokens after the chat template.
-MAX_PROMPT_TOKENS = 2048
-#: Seconds for a request's head to arrive after its first byte, and for its body after the head.
-READ_TIMEOUT = 10.0
-#: Seconds a connection may stay open with no request in progress.
-IDLE_TIMEOUT = 5.0
+#: Where a `JudgeServer` listens, and the caps and timeouts that bound every request (a
+#: judgement's prompt is a few KB of JSON).
+SERVER_OPTIONS = Options(
+    Option("host", "text", "127.0.0.1", "the address to listen on"),
+    Option("port", "integer", 8000, "the port; 0 picks a free one", low=0, high=65535, metavar="N"),
+    Option(
+        "max_waiting",
+        "integer",
+        None,
+        "answer 429 (with Retry-After) when this many requests already wait for the model; none is no bound",
+        low=0,
+        optional=True,
+        metavar="N",
+    ),
+    Option("max_body_bytes", "integer", 256 * 1024, "answer 413 to a larger request body", low=1, metavar="N"),
+    Option(
+        "max_prompt_tokens",
+        "integer",
+        2048,
+        "answer 400 to a longer prompt, counted after the chat template",
+        low=1,
+        metavar="N",
+    ),
+    Option(
+        "read_timeout",
+        "real",
+        10.0,
+        "seconds for a request's head after its first byte, and for its body after the head; a client slower "
+        "than that is answered 408 or disconnected",
+        low=0,
+        low_open=True,
+        metavar="SECONDS",
+    ),
+    Option(
+        "idle_timeout",
+        "real",
+        5.0,
+        "seconds a connection may stay open with no request in progress",
+        low=0,
+        low_open=True,
+        metavar="SECONDS",
+    ),
+)
 #: Connections the kernel queues before the server accepts them (more with a larger `max_waiting`).
 BACKLOG = 2048
 #: Seconds `stop` waits for requests in progress before it cancels them.
@@ -189,17 +224,6 @@ def _listen(host: str, port: int, backlog: int) -> socket.socket:
     return sock
 
 
-def _check_count(name: str, value: Any, low: int, high: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-        span = f"in {low}..{high}" if high is not None else f"of at least {low}"
-        raise ParameterError(f"{name} must be an integer {span}; got {value!r}")
-
-
-def _check_seconds(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value) and value > 0):
-        raise ParameterError(f"{name} must be a positive number of seconds; got {value!r}")
-
-
 class JudgeServer:
     """Serve `judge` over HTTP on `host`:`port`; see the module's docstring.
 
@@ -207,27 +231,19 @@ class JudgeServer:
     ----------
     judge : LocalLLMJudge
         The model; loaded when the server is made.
-    host : str
-        The address to listen on.
-    port : int
-        0..65535; 0 picks a free port (`url` tells which).
+    host, port, max_waiting, max_body_bytes, max_prompt_tokens, read_timeout, idle_timeout
+        `SERVER_OPTIONS` (None: the declared default): the address and port to listen on (port 0
+        picks a free one, `url` tells which); the requests that may wait for the model (besides
+        the one it runs) before more are answered 429 (None: without bound); the largest request
+        body (413 beyond); the longest prompt after the chat template (400 beyond); the seconds
+        for a request's head after its first byte, and for its body after the head; the seconds
+        a connection may stay open with no request in progress.
     model_name : str, optional
         The model's name at the endpoint (default: the judge's name).
     logprobs : bool
         False answers without log-probabilities, as some servers do.
-    max_waiting : int, optional
-        Requests that may wait for the model (besides the one it runs) before more are answered
-        429; None waits without bound.
     api_key : str, optional
         The bearer token requests must carry.
-    max_body_bytes : int
-        The largest request body (413 beyond).
-    max_prompt_tokens : int
-        The longest prompt after the chat template (400 beyond).
-    read_timeout : float
-        Seconds for a request's head after its first byte, and for its body after the head.
-    idle_timeout : float
-        Seconds a connection may stay open with no request in progress.
 
     Raises
     ------
@@ -240,41 +256,44 @@ class JudgeServer:
         self,
         judge: LocalLLMJudge,
         *,
-        host: str = "127.0.0.1",
-        port: int = 8000,
+        host: str | None = None,
+        port: int | None = None,
         model_name: str | None = None,
         logprobs: bool = True,
         max_waiting: int | None = None,
         api_key: str | None = None,
-        max_body_bytes: int = MAX_BODY_BYTES,
-        max_prompt_tokens: int = MAX_PROMPT_TOKENS,
-        read_timeout: float = READ_TIMEOUT,
-        idle_timeout: float = IDLE_TIMEOUT,
+        max_body_bytes: int | None = None,
+        max_prompt_tokens: int | None = None,
+        read_timeout: float | None = None,
+        idle_timeout: float | None = None,
     ) -> None:
         if not isinstance(judge, LocalLLMJudge):
             raise ParameterError(f"a judge server serves a LocalLLMJudge; got {type(judge).__name__}")
-        if max_waiting is not None:
-            _check_count("max_waiting", max_waiting, 0)
-        _check_count("port", port, 0, 65535)
-        _check_count("max_body_bytes", max_body_bytes, 1)
-        _check_count("max_prompt_tokens", max_prompt_tokens, 1)
-        _check_seconds("read_timeout", read_timeout)
-        _check_seconds("idle_timeout", idle_timeout)
+        values = SERVER_OPTIONS.resolve(
+            host=host,
+            port=port,
+            max_waiting=max_waiting,
+            max_body_bytes=max_body_bytes,
+            max_prompt_tokens=max_prompt_tokens,
+            read_timeout=read_timeout,
+            idle_timeout=idle_timeout,
+        )
         self.judge = judge
         self.model_name = model_name or judge.name
         self.logprobs = logprobs
-        self.max_waiting = max_waiting
+        self.max_waiting: int | None = values["max_waiting"]
         self.api_key = api_key
-        self.max_body_bytes = max_body_bytes
-        self.max_prompt_tokens = max_prompt_tokens
-        self.read_timeout = float(read_timeout)
-        self.idle_timeout = float(idle_timeout)
+        self.max_body_bytes: int = values["max_body_bytes"]
+        self.max_prompt_tokens: int = values["max_prompt_tokens"]
+        self.read_timeout: float = values["read_timeout"]
+        self.idle_timeout: float = values["idle_timeout"]
         self.requests = 0
         self.refused = 0
         self._pending = 0  # requests past their checks, waiting for or in the model (event loop only)
-        self._backlog = max(BACKLOG, 2 * (max_waiting or 0))
-        self._socket = _listen(host, port, self._backlog)
-        shown = f"[{host}]" if ":" in host else host  # an IPv6 address, in a URL
+        self._backlog = max(BACKLOG, 2 * (self.max_waiting or 0))
+        address: str = values["host"]
+        self._socket = _listen(address, values["port"], self._backlog)
+        shown = f"[{address}]" if ":" in address else address  # an IPv6 address, in a URL
         self._url = f"http://{shown}:{self._socket.getsockname()[1]}/v1"
         try:
             self._server = self._uvicorn()

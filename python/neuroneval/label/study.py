@@ -27,12 +27,28 @@ import polars as pl
 
 from neuroneval import crowd
 from neuroneval.errors import ParameterError, ShapeError
+from neuroneval.options import SCORE_OPTIONS, Option, Options
 
 from .cache import LabelCache
 from .judge import Judge
 from .run import LabelStats, explanations_table, label
 
-__all__ = ["JudgedStudy", "judged_correlations"]
+__all__ = ["STUDY_OPTIONS", "JudgedStudy", "judged_correlations"]
+
+#: The options of `judged_correlations` of its own (its sampling plan's and interval's other
+#: options are `neuroneval.crowd`'s, its labelling's `LABEL_OPTIONS`).
+STUDY_OPTIONS = Options(
+    Option(
+        "estimator",
+        "choice",
+        "pearson",
+        "the correlation estimator: the draws' weighted Pearson correlation (Fisher's interval), or SPEC's "
+        "self-normalised plug-in (the bootstrap's)",
+        choices=("pearson", "plug-in"),
+    ),
+    SCORE_OPTIONS["seed"],
+    Option("verify", "flag", False, "also judge every input with the expensive judge and report coverage"),
+)
 
 
 @dataclass
@@ -87,15 +103,15 @@ def judged_correlations(
     cheap: Judge,
     expensive: Judge,
     budget: int,
-    sampling: Literal["mgis", "uniform"] = "mgis",
-    gamma: float = 0.2,
-    level: float = 0.95,
-    estimator: Literal["pearson", "plug-in"] = "pearson",
-    seed: int = 0,
+    sampling: Literal["mgis", "uniform"] | None = None,
+    gamma: float | None = None,
+    level: float | None = None,
+    estimator: Literal["pearson", "plug-in"] | None = None,
+    seed: int | None = None,
     cache: LabelCache | str | os.PathLike[str] | None = None,
-    verify: bool = False,
+    verify: bool | None = None,
     unit_names: Sequence[str] | None = None,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     progress: bool = False,
 ) -> JudgedStudy:
     """Each (unit, explanation) pair's correlation with the expensive judge's labels, estimated
@@ -117,13 +133,16 @@ def judged_correlations(
         input's (soft) label.
     budget : int
         Expensive judgements drawn per pair (with replacement; a repeated input is judged once).
-    estimator : str
-        "pearson" (the default): the draws' weighted Pearson correlation, which a judge's soft
-        labels (probabilities near its base rate, with a small spread) need; "plug-in": SPEC's
-        S1 / sqrt(M2 - M1^2), self-normalised, which those labels blow up at small budgets
-        (`docs/labels.md` measures both). The interval is Fisher's for pearson, the bootstrap's
-        for plug-in.
-    verify : bool
+    sampling, gamma, level : optional
+        The plan's sampling and MG-IS mixing weight (`neuroneval.crowd.plan`) and the interval's
+        level (`neuroneval.crowd.estimate`); None is the default declared there.
+    estimator : str, optional
+        `STUDY_OPTIONS` (as are `seed` and `verify`). "pearson": the draws' weighted Pearson
+        correlation, which a judge's soft labels (probabilities near its base rate, with a small
+        spread) need; "plug-in": SPEC's S1 / sqrt(M2 - M1^2), self-normalised, which those labels
+        blow up at small budgets (`docs/labels.md` measures both). The interval is Fisher's for
+        pearson, the bootstrap's for plug-in.
+    verify : bool, optional
         Also judge every input with the expensive judge (N per explanation used) and report
         rho_all and whether each interval covers it: a check of the method, not part of it.
     cache : LabelCache or path, optional
@@ -134,6 +153,8 @@ def judged_correlations(
     -------
     JudgedStudy
     """
+    options = STUDY_OPTIONS.resolve(estimator=estimator, seed=seed, verify=verify)
+    estimator, seed = options["estimator"], options["seed"]
     table = explanations_table(explanations)
     texts = table["explanation"].to_list()
     a = np.asarray(activations, dtype=np.float64)
@@ -191,7 +212,7 @@ def judged_correlations(
             plan, labels, estimator=estimator, level=level, self_normalised=estimator == "plug-in", seed=seed
         )
         verification = None
-        if verify:
+        if options["verify"]:
             full = label(expensive, values, used_table, cache=store, batch_size=batch_size, progress=progress)
             verification = full.stats
             column = {t: c for c, t in enumerate(used)}

@@ -5,7 +5,7 @@ use std::sync::{Mutex, OnceLock};
 
 use rayon::prelude::*;
 
-use crate::concepts::ConceptSet;
+use crate::concepts::{ConceptSet, RowIndex};
 use crate::error::{CoreError, Result};
 use crate::metric::{Metric, Needs, Params};
 use crate::numeric::{compact_nonzeros, resize_for_overwrite};
@@ -14,7 +14,7 @@ use crate::radix::SortScratch;
 use crate::ranks::RankOutputs;
 use crate::source::MatrixSource;
 use crate::sweep::{self, ByConcept, InverseLayout, WalkLabels};
-use crate::unit::{UnitProfile, PAIR_KERNEL_RANKS};
+use crate::unit::{TransformSpec, UnitEntries, UnitProfile, PAIR_KERNEL_RANKS};
 
 /// Units transformed and multiplied together: at most 32 (`gemm::MAX_ROWS`), fewer
 /// when N is so large that 32 units' transforms would take more than a few hundred
@@ -253,6 +253,17 @@ struct Job<'a> {
     forward_all_inputs: OnceLock<Vec<ForwardSums>>,
 }
 
+impl Job<'_> {
+    /// What this call asks of each unit's transform.
+    fn spec(&self) -> TransformSpec<'_> {
+        TransformSpec {
+            needs: &self.needs,
+            params: self.params,
+            ranks: self.ranks,
+        }
+    }
+}
+
 /// Transforms the block's units, then scores them.
 fn score_block(
     activations: &dyn MatrixSource,
@@ -266,117 +277,92 @@ fn score_block(
     let mut w = job.workspaces[slot]
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let path = ReadPath::choose(activations, concepts, &job.needs, w.entries_first);
+    let block = BlockUnits {
+        activations,
+        units,
+        job,
+    };
+    w.transform(&block, path);
     let Workspace {
-        columns,
-        profiles,
-        sort,
-        entry_rows,
-        entry_values,
-        unit_rows,
-        unit_values,
-        entries_first,
-        walk,
-        by_concept,
+        profiles, labels, ..
     } = &mut *w;
-    let n = activations.rows();
-    profiles.resize_with(units.len(), UnitProfile::default);
-    // Units stored sparsely, and dense units that are mostly zeros (ReLU units), transform
-    // from their nonzero entries alone when every sum the metrics need comes from a sweep;
-    // the rest (and units without zeros, or whose top set the sparse form cannot hold)
-    // densely.
-    let needs = &job.needs;
-    let swept = |wanted: bool| !wanted || concepts.rows.is_some();
-    let sparse_ok = concepts.dense.is_none()
-        && swept(needs.products || needs.rank_products)
-        && swept(needs.forward);
-    // (block position, whether its stored entries were already tried)
-    let mut pending: Vec<(usize, bool)> = Vec::new();
-    for (b, &u) in units.iter().enumerate() {
-        entry_rows.clear();
-        entry_values.clear();
-        let stored = sparse_ok
-            && activations.explicit_entries(u, entry_rows, entry_values)
-            && entry_rows.len() < n;
-        let unit = job.first_unit + u;
-        if !(stored
-            && sparse_transform(
-                &mut profiles[b],
-                n,
-                entry_rows,
-                entry_values,
-                unit,
-                job,
-                sort,
-            ))
-        {
-            pending.push((b, stored));
+    score_profiles(profiles, concepts, job, labels, outs);
+}
+
+/// How a block's units are read from the source and transformed, chosen once per block.
+/// The paths open to a call give a unit the same profile (its form is decided by its own
+/// data, see [`sparse_enough`]): only the work differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadPath {
+    /// Each unit's dense column, transformed densely: a sum the metrics need has no sparse
+    /// form here (dense concepts, or products or forward sums without the concepts' rows).
+    Dense,
+    /// Each unit's dense column; one that is mostly zeros (a ReLU unit) is transformed from
+    /// its nonzero entries.
+    Columns,
+    /// Each unit's nonzeros straight from a dense source, which widens them a tile of rows at
+    /// a time: no f64 column is written and read back for a unit that turns out sparse.
+    Nonzeros,
+    /// A sparse source's stored entries; a unit the sparse form cannot hold reads as a column.
+    Stored,
+}
+
+impl ReadPath {
+    /// Sparse profiles serve the call when every sum the metrics need comes from a sweep.
+    /// Reading dense sources by their nonzeros pays only where most units are sparse, so a
+    /// thread does so once most units of its last block were (`entries_first`); its first
+    /// block, and dense data, read the columns.
+    fn choose(
+        activations: &dyn MatrixSource,
+        concepts: &ConceptSet,
+        needs: &Needs,
+        entries_first: bool,
+    ) -> ReadPath {
+        let swept = |wanted: bool| !wanted || concepts.rows.is_some();
+        let sparse_ok = concepts.dense.is_none()
+            && swept(needs.products || needs.rank_products)
+            && swept(needs.forward);
+        if !sparse_ok {
+            ReadPath::Dense
+        } else if activations.stores_entries() {
+            ReadPath::Stored
+        } else if entries_first {
+            ReadPath::Nonzeros
+        } else {
+            ReadPath::Columns
         }
     }
-    // Each unit's nonzeros straight from the source, which widens them a tile of rows at a
-    // time: no whole f64 column is written and read back for a unit that turns out sparse. A
-    // dense one (or one whose top set the sparse form cannot hold) then gets its column back
-    // from its entries, zeros elsewhere. That pays only where most units are sparse, so a
-    // thread reads this way once most units of its last block were; its first block, and
-    // dense data, read the columns. (Both give the same profiles: only the work differs.)
-    let by_entries = sparse_ok && *entries_first && pending.iter().all(|&(_, tried)| !tried);
-    let mut dense_units = 0;
-    if by_entries && !pending.is_empty() {
-        let cols: Vec<usize> = pending.iter().map(|&(b, _)| units[b]).collect();
-        unit_rows.resize_with(cols.len(), Vec::new);
-        unit_values.resize_with(cols.len(), Vec::new);
-        for (r, v) in unit_rows.iter_mut().zip(unit_values.iter_mut()) {
-            r.clear();
-            v.clear();
-        }
-        activations.nonzeros_into(&cols, unit_rows, unit_values);
-        for (j, &(b, _)) in pending.iter().enumerate() {
-            let unit = job.first_unit + units[b];
-            let (rows, values) = (&mut unit_rows[j], &mut unit_values[j]);
-            let built = sparse_enough(rows.len(), n)
-                && sparse_transform(&mut profiles[b], n, rows, values, unit, job, sort);
-            if !built {
-                columns.clear();
-                columns.resize(n, 0.0);
-                for (&i, &v) in rows.iter().zip(values.iter()) {
-                    columns[i as usize] = v;
-                }
-                profiles[b].rebuild(&columns[..n], unit, needs, job.params, sort, job.ranks);
-                dense_units += 1;
-            }
-        }
-    } else if !pending.is_empty() {
-        let cols: Vec<usize> = pending.iter().map(|&(b, _)| units[b]).collect();
-        // every source writes all of `columns`
-        resize_for_overwrite(columns, cols.len() * n);
-        activations.columns_into(&cols, columns);
-        for (&(b, tried), a) in pending.iter().zip(columns.chunks(n)) {
-            let unit = job.first_unit + units[b];
-            // (the entries first, counted after: one pass, not a count and then a copy)
-            let built = !tried
-                && sparse_ok
-                && {
-                    compact_nonzeros(a, entry_rows, entry_values);
-                    sparse_enough(entry_rows.len(), n)
-                }
-                && sparse_transform(
-                    &mut profiles[b],
-                    n,
-                    entry_rows,
-                    entry_values,
-                    unit,
-                    job,
-                    sort,
-                );
-            if !built {
-                profiles[b].rebuild(a, unit, needs, job.params, sort, job.ranks);
-                dense_units += 1;
-            }
-        }
+}
+
+/// One block's units (columns of the source) and the call they belong to.
+struct BlockUnits<'a> {
+    activations: &'a dyn MatrixSource,
+    units: &'a [usize],
+    job: &'a Job<'a>,
+}
+
+impl BlockUnits<'_> {
+    fn n(&self) -> usize {
+        self.activations.rows()
     }
-    if !pending.is_empty() {
-        *entries_first = 2 * dense_units < pending.len();
+
+    /// The global index of the unit at block position `b`.
+    fn unit(&self, b: usize) -> usize {
+        self.job.first_unit + self.units[b]
     }
-    score_profiles(profiles, concepts, job, walk, by_concept, outs);
+
+    /// The listed columns, one after another in `out`.
+    fn columns_into(&self, cols: &[usize], out: &mut Vec<f64>) {
+        // every source writes all of `out`
+        resize_for_overwrite(out, cols.len() * self.n());
+        self.activations.columns_into(cols, out);
+    }
+}
+
+/// Whether most of `read` units were sparse, `dense` of them not; None when none was read.
+fn mostly_sparse(read: usize, dense: usize) -> Option<bool> {
+    (read > 0).then_some(2 * dense < read)
 }
 
 /// Whether a unit of a dense source with `nnz` nonzeros among `n` inputs is transformed from
@@ -390,21 +376,6 @@ fn sparse_enough(nnz: usize, n: usize) -> bool {
     4 * nnz < 3 * n
 }
 
-/// [`UnitProfile::rebuild_sparse`] with the call's needs and parameters.
-fn sparse_transform(
-    profile: &mut UnitProfile,
-    n: usize,
-    rows: &mut Vec<u32>,
-    values: &mut Vec<f64>,
-    unit: usize,
-    job: &Job<'_>,
-    sort: &mut SortScratch,
-) -> bool {
-    profile.rebuild_sparse(
-        n, rows, values, unit, &job.needs, job.params, sort, job.ranks,
-    )
-}
-
 /// Buffers one thread reuses from block to block of a call: at N = 10^6 fresh ones would
 /// cost more in page faults than the transforms themselves. Freed when the call returns.
 #[derive(Default)]
@@ -414,122 +385,314 @@ pub struct Workspace {
     sort: SortScratch,
     entry_rows: Vec<u32>,
     entry_values: Vec<f64>,
-    /// Each pending unit's nonzero entries, read from a dense source for the whole block.
+    /// Each unit's nonzero entries, read from a dense source for the whole block.
     unit_rows: Vec<Vec<u32>>,
     unit_values: Vec<Vec<f64>>,
-    /// Whether most units of the last block with units to read were sparse.
+    /// Whether most units of the last block with units read from a dense form were sparse.
     entries_first: bool,
+    labels: LabelScratch,
+}
+
+/// The buffers of the inverse metrics' passes over a unit's labels.
+#[derive(Default)]
+struct LabelScratch {
     walk: WalkLabels,
     by_concept: ByConcept,
 }
 
-/// Multiplies the block's transformed units with dense concepts if there are any, then runs
-/// the pair kernel for each (unit, concept).
-fn score_profiles(
+impl Workspace {
+    /// The block's profiles, read and transformed by `path`.
+    fn transform(&mut self, block: &BlockUnits<'_>, path: ReadPath) {
+        self.profiles
+            .resize_with(block.units.len(), UnitProfile::default);
+        let read = match path {
+            ReadPath::Dense => {
+                let all: Vec<usize> = (0..block.units.len()).collect();
+                self.read_dense(block, &all)
+            }
+            ReadPath::Columns => self.read_columns(block),
+            ReadPath::Nonzeros => self.read_nonzeros(block),
+            ReadPath::Stored => self.read_stored(block),
+        };
+        if let Some(most) = read {
+            self.entries_first = most;
+        }
+    }
+
+    /// [`ReadPath::Dense`] for the units at block positions `positions`.
+    fn read_dense(&mut self, block: &BlockUnits<'_>, positions: &[usize]) -> Option<bool> {
+        if positions.is_empty() {
+            return None;
+        }
+        let cols: Vec<usize> = positions.iter().map(|&b| block.units[b]).collect();
+        block.columns_into(&cols, &mut self.columns);
+        let spec = block.job.spec();
+        for (&b, a) in positions.iter().zip(self.columns.chunks(block.n())) {
+            self.profiles[b].rebuild(a, block.unit(b), spec, &mut self.sort);
+        }
+        mostly_sparse(positions.len(), positions.len())
+    }
+
+    /// [`ReadPath::Columns`].
+    fn read_columns(&mut self, block: &BlockUnits<'_>) -> Option<bool> {
+        let Workspace {
+            columns,
+            profiles,
+            sort,
+            entry_rows: rows,
+            entry_values: values,
+            ..
+        } = self;
+        let (n, spec) = (block.n(), block.job.spec());
+        block.columns_into(block.units, columns);
+        let mut dense = 0;
+        for (b, a) in columns.chunks(n).enumerate() {
+            // (the entries first, counted after: one pass, not a count and then a copy)
+            compact_nonzeros(a, rows, values);
+            let built = sparse_enough(rows.len(), n) && {
+                let entries = UnitEntries { n, rows, values };
+                profiles[b].rebuild_sparse(entries, block.unit(b), spec, sort)
+            };
+            if !built {
+                profiles[b].rebuild(a, block.unit(b), spec, sort);
+                dense += 1;
+            }
+        }
+        mostly_sparse(block.units.len(), dense)
+    }
+
+    /// [`ReadPath::Nonzeros`]: a unit that is not sparse enough, or whose top set the sparse
+    /// form cannot hold, gets its column back from its entries, zeros elsewhere.
+    fn read_nonzeros(&mut self, block: &BlockUnits<'_>) -> Option<bool> {
+        let Workspace {
+            columns,
+            profiles,
+            sort,
+            unit_rows,
+            unit_values,
+            ..
+        } = self;
+        let (n, spec, count) = (block.n(), block.job.spec(), block.units.len());
+        unit_rows.resize_with(count, Vec::new);
+        unit_values.resize_with(count, Vec::new);
+        for (r, v) in unit_rows.iter_mut().zip(unit_values.iter_mut()) {
+            r.clear();
+            v.clear();
+        }
+        block
+            .activations
+            .nonzeros_into(block.units, unit_rows, unit_values);
+        let mut dense = 0;
+        for (b, (rows, values)) in unit_rows.iter_mut().zip(unit_values.iter_mut()).enumerate() {
+            let built = sparse_enough(rows.len(), n) && {
+                let entries = UnitEntries { n, rows, values };
+                profiles[b].rebuild_sparse(entries, block.unit(b), spec, sort)
+            };
+            if !built {
+                columns.clear();
+                columns.resize(n, 0.0);
+                for (&i, &v) in rows.iter().zip(values.iter()) {
+                    columns[i as usize] = v;
+                }
+                profiles[b].rebuild(&columns[..n], block.unit(b), spec, sort);
+                dense += 1;
+            }
+        }
+        mostly_sparse(count, dense)
+    }
+
+    /// [`ReadPath::Stored`]: a unit with a zero is transformed from its stored entries; the
+    /// rest (no zero, or a top set the sparse form cannot hold) as [`ReadPath::Dense`].
+    fn read_stored(&mut self, block: &BlockUnits<'_>) -> Option<bool> {
+        let (n, spec) = (block.n(), block.job.spec());
+        let mut rest = Vec::new();
+        for (b, &u) in block.units.iter().enumerate() {
+            let (rows, values) = (&mut self.entry_rows, &mut self.entry_values);
+            rows.clear();
+            values.clear();
+            let one = (std::slice::from_mut(rows), std::slice::from_mut(values));
+            block.activations.nonzeros_into(&[u], one.0, one.1);
+            let built = rows.len() < n && {
+                let entries = UnitEntries { n, rows, values };
+                self.profiles[b].rebuild_sparse(entries, block.unit(b), spec, &mut self.sort)
+            };
+            if !built {
+                rest.push(b);
+            }
+        }
+        self.read_dense(block, &rest)
+    }
+}
+
+/// Where a block's products (cov, dot, rank_cov) come from, chosen once per block.
+enum BlockProducts {
+    /// No metric needs them, or neither a dense copy of the concepts nor their rows is at
+    /// hand: the pair kernel computes what it needs.
+    Absent,
+    /// Matrix products with dense concepts, `[u * T + c]`.
+    Dense(Vec<Products>),
+    /// By unit: one sweep over the concept rows for the block's dense units, one over its
+    /// entries for each sparse unit, or (`fused`) left to its pass concept by concept.
+    Swept(Vec<Option<Vec<Products>>>),
+}
+
+impl BlockProducts {
+    fn of(profiles: &[UnitProfile], concepts: &ConceptSet, needs: &Needs, fused: bool) -> Self {
+        if !(needs.products || needs.rank_products) {
+            return BlockProducts::Absent;
+        }
+        if let Some(dense) = &concepts.dense {
+            return BlockProducts::Dense(dense_products(profiles, concepts, dense, needs));
+        }
+        let Some(rows) = &concepts.rows else {
+            return BlockProducts::Absent;
+        };
+        let dense_units: Vec<&UnitProfile> =
+            profiles.iter().filter(|p| p.sparse.is_none()).collect();
+        let mut swept = sweep::products(&dense_units, concepts, rows, needs).into_iter();
+        let by_unit = profiles.iter().map(|p| match &p.sparse {
+            Some(_) if fused => None,
+            Some(sp) => Some(sweep::products_sparse(p, sp, concepts, rows, needs)),
+            None => swept.next(),
+        });
+        BlockProducts::Swept(by_unit.collect())
+    }
+
+    /// Unit `u`'s products, from its pass concept by concept.
+    fn set(&mut self, u: usize, products: Vec<Products>) {
+        if let BlockProducts::Swept(by_unit) = self {
+            by_unit[u] = Some(products);
+        }
+    }
+
+    /// The products of unit `u` with concept `c` of `t`.
+    fn at(&self, u: usize, c: usize, t: usize) -> Option<Products> {
+        match self {
+            BlockProducts::Absent => None,
+            BlockProducts::Dense(all) => Some(all[u * t + c]),
+            BlockProducts::Swept(by_unit) => {
+                Some(by_unit[u].as_ref().expect("products of every unit")[c])
+            }
+        }
+    }
+}
+
+/// The concepts' rows, when a sparse unit's products are read in its pass concept by
+/// concept (labels that are the concepts' rows): one read of its entries, not two.
+fn fused_rows<'c>(concepts: &'c ConceptSet, job: &Job<'_>) -> Option<&'c RowIndex> {
+    let needs = &job.needs;
+    let swept = concepts.dense.is_none() && (needs.products || needs.rank_products);
+    let by_concept = job.layout == InverseLayout::ByConcept;
+    concepts
+        .rows_as_labels()
+        .filter(|_| swept && needs.inverse && by_concept)
+}
+
+/// The label sums of the inverse metrics when they walk, tiled over the block's dense units
+/// (a sparse unit's come from its own sweep over its entries; concept by concept, with the
+/// AP's gathers).
+fn tiled_label_sums(
     profiles: &[UnitProfile],
     concepts: &ConceptSet,
     job: &Job<'_>,
-    walk: &mut WalkLabels,
-    by_concept: &mut ByConcept,
-    outs: &mut [&mut [f64]],
-) {
-    let (needs, params, metrics) = (&job.needs, job.params, job.metrics);
-    let t = concepts.len();
-    let dense = match (&concepts.dense, needs.products || needs.rank_products) {
-        (Some(dense), true) => Some(dense_products(profiles, concepts, dense, needs)),
-        _ => None,
-    };
-
-    // Products with sparse concepts: one sweep over the concept rows for the block's dense
-    // units, one over its entries for each sparse unit; or, when its pass concept by concept
-    // reads the same entries (labels that are the concepts' rows), from that pass: one read
-    // of them, not two.
-    let rows = concepts.rows.as_ref();
-    let swept_products = dense.is_none() && (needs.products || needs.rank_products);
-    let fused = concepts
-        .rows_as_labels()
-        .filter(|_| swept_products && needs.inverse && job.layout == InverseLayout::ByConcept);
-    let mut sparse: Option<Vec<Option<Vec<Products>>>> = rows.filter(|_| swept_products).map(|r| {
-        let dense_units: Vec<&UnitProfile> =
-            profiles.iter().filter(|p| p.sparse.is_none()).collect();
-        let mut swept = sweep::products(&dense_units, concepts, r, needs).into_iter();
-        profiles
-            .iter()
-            .map(|p| match &p.sparse {
-                Some(_) if fused.is_some() => None,
-                Some(sp) => Some(sweep::products_sparse(p, sp, concepts, r, needs)),
-                None => swept.next(),
-            })
-            .collect()
-    });
-
-    // The label sums of the inverse metrics, likewise tiled over the block's dense units when
-    // they walk (a sparse unit's come from its own sweep over its entries; concept by
-    // concept, with the AP's gathers).
-    let mut label_sums: Vec<Option<Vec<InverseSums>>> = profiles.iter().map(|_| None).collect();
+) -> Vec<Option<Vec<InverseSums>>> {
+    let mut by_unit: Vec<Option<Vec<InverseSums>>> = profiles.iter().map(|_| None).collect();
     let walked = job.layout == InverseLayout::Walk;
-    if let Some(r) = rows.filter(|_| needs.inverse_sums && walked) {
+    if let Some(r) = concepts
+        .rows
+        .as_ref()
+        .filter(|_| job.needs.inverse_sums && walked)
+    {
         let dense_units: Vec<&UnitProfile> =
             profiles.iter().filter(|p| p.sparse.is_none()).collect();
-        let mut sums = sweep::label_sums(&dense_units, concepts, r, needs).into_iter();
-        for (slot, p) in label_sums.iter_mut().zip(profiles) {
+        let mut sums = sweep::label_sums(&dense_units, concepts, r, &job.needs).into_iter();
+        for (slot, p) in by_unit.iter_mut().zip(profiles) {
             if p.sparse.is_none() {
                 *slot = sums.next();
             }
         }
     }
+    by_unit
+}
 
+/// One unit's forward sums for all concepts at once, by a sweep over its top set.
+fn forward_sums(
+    profile: &UnitProfile,
+    concepts: &ConceptSet,
+    job: &Job<'_>,
+) -> Option<Vec<ForwardSums>> {
+    let rows = concepts.rows.as_ref().filter(|_| job.needs.forward)?;
+    Some(if profile.top_is_all {
+        job.forward_all_inputs
+            .get_or_init(|| sweep::forward_all_inputs(concepts, &job.needs))
+            .clone()
+    } else {
+        sweep::forward(profile, concepts, rows, &job.needs)
+    })
+}
+
+/// One unit's label sums for all concepts, by the call's layout and the unit's form; with
+/// a sparse unit's products when its pass concept by concept reads them (`fused`).
+fn inverse_sums(
+    profile: &UnitProfile,
+    concepts: &ConceptSet,
+    job: &Job<'_>,
+    scratch: &mut LabelScratch,
+    fused: Option<&RowIndex>,
+    tiled: Option<Vec<InverseSums>>,
+) -> (Vec<InverseSums>, Option<Vec<Products>>) {
+    let (labels, needs) = (&concepts.labels, &job.needs);
+    match (&profile.sparse, job.layout) {
+        (sp, InverseLayout::ByConcept) => {
+            let fused = fused.filter(|_| sp.is_some());
+            let by_concept = &mut scratch.by_concept;
+            sweep::inverse_by_concept(profile, concepts, labels, needs, by_concept, fused)
+        }
+        (Some(sp), InverseLayout::Walk) => {
+            let walk = &mut scratch.walk;
+            let sums = sweep::inverse_sparse(profile, sp, concepts, labels, needs, walk);
+            (sums, None)
+        }
+        (None, InverseLayout::Walk) => {
+            let walk = &mut scratch.walk;
+            let sums = sweep::inverse(profile, concepts, labels, needs, walk, tiled);
+            (sums, None)
+        }
+    }
+}
+
+/// The block's products and tiled label sums first, then for each unit its sweeps and the
+/// pair kernel for each of its concepts.
+fn score_profiles(
+    profiles: &[UnitProfile],
+    concepts: &ConceptSet,
+    job: &Job<'_>,
+    scratch: &mut LabelScratch,
+    outs: &mut [&mut [f64]],
+) {
+    let (needs, t) = (&job.needs, concepts.len());
+    let fused = fused_rows(concepts, job);
+    let mut products = BlockProducts::of(profiles, concepts, needs, fused.is_some());
+    let mut label_sums = tiled_label_sums(profiles, concepts, job);
     let mut kernel = PairKernel::default();
-    let mut row = vec![0.0; metrics.len()];
+    let mut row = vec![0.0; job.metrics.len()];
     for (u, profile) in profiles.iter().enumerate() {
-        // Sums for all concepts at once, by sweeps over the unit's inputs.
-        let forward = rows.filter(|_| needs.forward).map(|r| {
-            if profile.top_is_all {
-                job.forward_all_inputs
-                    .get_or_init(|| sweep::forward_all_inputs(concepts, needs))
-                    .clone()
-            } else {
-                sweep::forward(profile, concepts, r, needs)
+        let forward = forward_sums(profile, concepts, job);
+        let inverse = needs.inverse.then(|| {
+            let tiled = label_sums[u].take();
+            let (sums, swept) = inverse_sums(profile, concepts, job, scratch, fused, tiled);
+            if let Some(p) = swept {
+                products.set(u, p);
             }
-        });
-        let inverse = needs.inverse.then(|| match (&profile.sparse, job.layout) {
-            (sp, InverseLayout::ByConcept) => {
-                let (sums, products) = sweep::inverse_by_concept(
-                    profile,
-                    concepts,
-                    &concepts.labels,
-                    needs,
-                    by_concept,
-                    fused.filter(|_| sp.is_some()),
-                );
-                if let (Some(p), Some(slot)) = (products, sparse.as_mut()) {
-                    slot[u] = Some(p);
-                }
-                sums
-            }
-            (Some(sp), InverseLayout::Walk) => {
-                sweep::inverse_sparse(profile, sp, concepts, &concepts.labels, needs, walk)
-            }
-            (None, InverseLayout::Walk) => sweep::inverse(
-                profile,
-                concepts,
-                &concepts.labels,
-                needs,
-                walk,
-                label_sums[u].take(),
-            ),
+            sums
         });
         for (c, col) in concepts.columns.iter().enumerate() {
             let pre = Precomputed {
-                products: dense.as_ref().map(|p| p[u * t + c]).or_else(|| {
-                    sparse
-                        .as_ref()
-                        .map(|p| p[u].as_ref().expect("products of every unit")[c])
-                }),
+                products: products.at(u, c, t),
                 forward: forward.as_ref().map(|f| f[c]),
                 inverse: inverse.as_ref().map(|i| i[c]),
             };
-            kernel.score(profile, col, needs, params, pre, metrics, &mut row);
+            kernel.score(profile, col, needs, job.params, pre, job.metrics, &mut row);
             for (m, v) in row.iter().enumerate() {
                 outs[m][u * t + c] = *v;
             }
@@ -666,14 +829,12 @@ fn score_pairs_at(
             sort,
             kernel,
         } = bufs;
-        profile.rebuild(
-            a,
-            first_unit + unit,
-            &needs,
+        let spec = TransformSpec {
+            needs: &needs,
             params,
-            sort,
-            PAIR_KERNEL_RANKS,
-        );
+            ranks: PAIR_KERNEL_RANKS,
+        };
+        profile.rebuild(a, first_unit + unit, spec, sort);
         group
             .iter()
             .map(|&p| {

@@ -26,5 +26,5 @@ pub use concepts::ConceptSet;
 pub use engine::{score_matrix, score_matrix_with, score_pairs, KeptBuffers, Scores};
 pub use error::{CoreError, Result};
 pub use matrix::{Element, MatrixView};
-pub use metric::{Metric, Needs, Params};
+pub use metric::{Metric, Needs, ParamKind, ParamRule, Params};
 pub use source::{MatrixSource, RowShards, SparseColumns};

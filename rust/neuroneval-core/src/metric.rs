@@ -122,6 +122,17 @@ impl Metric {
         self.facts().name
     }
 
+    /// The metrics named, in order: at least one, each known.
+    pub fn from_names<S: AsRef<str>>(names: &[S]) -> Result<Vec<Metric>> {
+        if names.is_empty() {
+            return Err(CoreError::Empty("no metric was requested".into()));
+        }
+        names
+            .iter()
+            .map(|n| Metric::from_name(n.as_ref()))
+            .collect()
+    }
+
     pub fn from_name(name: &str) -> Result<Metric> {
         Metric::ALL
             .iter()
@@ -267,13 +278,15 @@ pub struct Params {
 }
 
 impl Default for Params {
+    /// Every parameter at its declared default ([`Params::RULES`]).
     fn default() -> Self {
+        let default = |name| Params::rule_of(name).default;
         Params {
-            alpha: 0.005,
-            lambda: 1.0,
-            top_random_k: 25,
-            top_random_alpha: 0.002,
-            seed: 0,
+            alpha: default("alpha"),
+            lambda: default("lam"),
+            top_random_k: default("k") as usize,
+            top_random_alpha: default("top_alpha"),
+            seed: default("seed") as u64,
             binary_units: false,
             reference_values: false,
         }
@@ -289,16 +302,68 @@ pub enum ParamKind {
     Integer,
 }
 
-/// One parameter as users pass it: its name, its kind and its domain.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// An interval of the real line, each end open or closed (an infinite end is open).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Domain {
+    pub low: f64,
+    pub low_open: bool,
+    pub high: f64,
+    pub high_open: bool,
+}
+
+impl Domain {
+    /// Whether `value` lies in the interval (NaN never does).
+    pub fn contains(&self, value: f64) -> bool {
+        let above = if self.low_open {
+            value > self.low
+        } else {
+            value >= self.low
+        };
+        let below = if self.high_open {
+            value < self.high
+        } else {
+            value <= self.high
+        };
+        above && below
+    }
+}
+
+/// (0, 1]: the domain of every alpha.
+const FRACTION: Domain = Domain {
+    low: 0.0,
+    low_open: true,
+    high: 1.0,
+    high_open: false,
+};
+
+/// 2^64: one past the largest integer parameter (a u64).
+const TWO_TO_64: f64 = 18_446_744_073_709_551_616.0;
+
+/// One parameter as users pass it: its name, kind, default, domain and help; the one
+/// declaration that the bindings' signatures, a CLI's flags and the hostile tests follow.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ParamRule {
     pub name: &'static str,
     pub kind: ParamKind,
+    /// The default (a whole number for an integer parameter).
+    pub default: f64,
+    pub domain: Domain,
     /// The domain, as a sentence that starts with the name.
     pub rule: &'static str,
+    /// What the parameter does, in one line (a CLI's help and a docstring's).
+    pub help: &'static str,
 }
 
 impl ParamRule {
+    /// `value` if it lies in the domain, else the error quoting it.
+    fn check(&self, value: f64) -> Result<()> {
+        if self.domain.contains(value) {
+            Ok(())
+        } else {
+            Err(self.error(value.to_string()))
+        }
+    }
+
     /// The error for `value` (as the user wrote it), outside the domain.
     pub fn error(&self, value: String) -> CoreError {
         CoreError::Parameter {
@@ -315,27 +380,57 @@ impl Params {
         ParamRule {
             name: "alpha",
             kind: ParamKind::Real,
+            default: 0.005,
+            domain: FRACTION,
             rule: "alpha must be a real number with 0 < alpha <= 1",
+            help: "top-alpha fraction that binarises each unit",
         },
         ParamRule {
             name: "lam",
             kind: ParamKind::Real,
+            default: 1.0,
+            domain: Domain {
+                low: 0.0,
+                low_open: false,
+                high: f64::INFINITY,
+                high_open: true,
+            },
             rule: "lam (wpmi's lambda) must be a finite real number >= 0",
+            help: "wpmi's lambda, the weight of the concept's log mean",
         },
         ParamRule {
             name: "k",
             kind: ParamKind::Integer,
+            default: 25.0,
+            domain: Domain {
+                low: 1.0,
+                low_open: false,
+                high: TWO_TO_64,
+                high_open: true,
+            },
             rule: "k must be an integer in [1, 2^64)",
+            help: "inputs the top-random metrics draw from the top and from all inputs, each",
         },
         ParamRule {
             name: "top_alpha",
             kind: ParamKind::Real,
+            default: 0.002,
+            domain: FRACTION,
             rule: "top_alpha must be a real number with 0 < top_alpha <= 1",
+            help: "the top fraction the top-random metrics draw from",
         },
         ParamRule {
             name: "seed",
             kind: ParamKind::Integer,
+            default: 0.0,
+            domain: Domain {
+                low: 0.0,
+                low_open: false,
+                high: TWO_TO_64,
+                high_open: true,
+            },
             rule: "seed must be an integer in [0, 2^64)",
+            help: "seed of every random draw",
         },
     ];
 
@@ -348,28 +443,23 @@ impl Params {
         Params::rule(name).expect("every field has a rule")
     }
 
-    /// Checks every parameter's range; the one home of these rules. Errors name the
-    /// parameters as users pass them (alpha, lam, k, top_alpha, seed).
+    /// Checks every parameter against its declared domain; the one home of these rules.
+    /// Errors name the parameters as users pass them (alpha, lam, k, top_alpha, seed).
     pub fn validate(&self) -> Result<()> {
-        check_fraction(Params::rule_of("alpha"), self.alpha)?;
-        check_fraction(Params::rule_of("top_alpha"), self.top_random_alpha)?;
-        if !(self.lambda.is_finite() && self.lambda >= 0.0) {
-            return Err(Params::rule_of("lam").error(self.lambda.to_string()));
+        let values = [
+            self.alpha,
+            self.lambda,
+            self.top_random_k as f64,
+            self.top_random_alpha,
+            self.seed as f64,
+        ];
+        for (rule, value) in Params::RULES.iter().zip(values) {
+            // an integer of 2^64 - 1 rounds up to 2^64 as a double, inside its type's range
+            if rule.kind == ParamKind::Real || value < rule.domain.high {
+                rule.check(value)?;
+            }
         }
-        if self.top_random_k == 0 {
-            return Err(Params::rule_of("k").error("0".into()));
-        }
-        // seed: every u64 is in its domain
         Ok(())
-    }
-}
-
-/// Checks 0 < value <= 1, the domain of every alpha.
-fn check_fraction(rule: &ParamRule, value: f64) -> Result<()> {
-    if value > 0.0 && value <= 1.0 {
-        Ok(())
-    } else {
-        Err(rule.error(value.to_string()))
     }
 }
 

@@ -18,9 +18,9 @@ pub trait MatrixSource: Sync {
     /// The first non-finite value of the listed columns in row-major order, as an error
     /// naming its row and column.
     fn check_finite(&self, what: &'static str, cols: &[usize]) -> Result<()>;
-    /// Appends column `col`'s entries other than 0 (rows ascending) and returns true, when
-    /// the source stores the column sparsely; a dense source returns false.
-    fn explicit_entries(&self, _col: usize, _rows: &mut Vec<u32>, _values: &mut Vec<f64>) -> bool {
+    /// Whether the source stores its columns sparsely, so that [`MatrixSource::nonzeros_into`]
+    /// reads only stored entries (a dense source reads every value).
+    fn stores_entries(&self) -> bool {
         false
     }
 }
@@ -213,15 +213,7 @@ impl<E: Element> MatrixSource for SparseColumns<'_, E> {
         }
     }
 
-    fn explicit_entries(&self, col: usize, rows: &mut Vec<u32>, values: &mut Vec<f64>) -> bool {
-        let (idx, vals) = self.column(col);
-        for (&i, &v) in idx.iter().zip(vals) {
-            let v = v.to_f64();
-            if v != 0.0 {
-                rows.push(i as u32);
-                values.push(v);
-            }
-        }
+    fn stores_entries(&self) -> bool {
         true
     }
 

@@ -629,6 +629,7 @@ mod tests {
     use crate::metric::{Metric, Params};
     use crate::radix::SortScratch;
     use crate::ranks::{average_precision, RankOutputs};
+    use crate::unit::{TransformSpec, UnitEntries};
 
     /// Both layouts of the AP walk (label lists read in place, or first laid out in
     /// activation order) add the same terms in the same order, and give each concept's
@@ -706,7 +707,12 @@ mod tests {
         let mut walk = WalkLabels::default();
         let mut by_concept = ByConcept::default();
         let mut dense = UnitProfile::default();
-        dense.rebuild(a, 0, &needs, &params, &mut scratch, RankOutputs::ALL);
+        let spec = TransformSpec {
+            needs: &needs,
+            params: &params,
+            ranks: RankOutputs::ALL,
+        };
+        dense.rebuild(a, 0, spec, &mut scratch);
         let mut out = vec![
             (
                 "dense walk",
@@ -734,16 +740,18 @@ mod tests {
             };
             for (name, ranks) in [("sparse", RankOutputs::ALL), ("sparse unordered", bare)] {
                 let mut p = UnitProfile::default();
-                assert!(p.rebuild_sparse(
+                let (mut r, mut v) = (rows.clone(), values.clone());
+                let entries = UnitEntries {
                     n,
-                    &mut rows.clone(),
-                    &mut values.clone(),
-                    0,
-                    &needs,
-                    &params,
-                    &mut scratch,
-                    ranks
-                ));
+                    rows: &mut r,
+                    values: &mut v,
+                };
+                let spec = TransformSpec {
+                    needs: &needs,
+                    params: &params,
+                    ranks,
+                };
+                assert!(p.rebuild_sparse(entries, 0, spec, &mut scratch));
                 let sp = p.sparse.as_ref().unwrap();
                 assert_eq!(sp.order.is_empty(), !ranks.order, "{name}");
                 if ranks.order {
@@ -759,16 +767,18 @@ mod tests {
                 let Some(rows_as_labels) = pset.rows_as_labels() else {
                     continue;
                 };
-                assert!(p.rebuild_sparse(
+                let (mut r, mut v) = (rows.clone(), values.clone());
+                let entries = UnitEntries {
                     n,
-                    &mut rows.clone(),
-                    &mut values.clone(),
-                    0,
-                    &with_products,
-                    &params,
-                    &mut scratch,
-                    ranks
-                ));
+                    rows: &mut r,
+                    values: &mut v,
+                };
+                let spec = TransformSpec {
+                    needs: &with_products,
+                    params: &params,
+                    ranks,
+                };
+                assert!(p.rebuild_sparse(entries, 0, spec, &mut scratch));
                 let sp = p.sparse.as_ref().unwrap();
                 let (sums, fused) = inverse_by_concept(
                     &p,

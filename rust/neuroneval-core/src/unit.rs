@@ -15,6 +15,25 @@ pub const PAIR_KERNEL_RANKS: RankOutputs = RankOutputs {
     at_least: true,
 };
 
+/// What a call asks of every unit's transform: the sums its metrics need, their parameters,
+/// and which per-input outputs of the ranking its kernels read (the pair kernel:
+/// [`PAIR_KERNEL_RANKS`]; a matrix call's walk down the order: `order` and `group_end`).
+#[derive(Debug, Clone, Copy)]
+pub struct TransformSpec<'a> {
+    pub needs: &'a Needs,
+    pub params: &'a Params,
+    pub ranks: RankOutputs,
+}
+
+/// A unit of `n` inputs given by its nonzero entries (`rows` ascending, `values` != 0 and
+/// finite), lent to [`UnitProfile::rebuild_sparse`], which moves them into the profile.
+#[derive(Debug)]
+pub struct UnitEntries<'e> {
+    pub n: usize,
+    pub rows: &'e mut Vec<u32>,
+    pub values: &'e mut Vec<f64>,
+}
+
 /// What the pair kernels read about one unit a_k.
 #[derive(Debug, Default)]
 pub struct UnitProfile {
@@ -70,31 +89,30 @@ impl UnitProfile {
     /// Transforms unit `unit` (its activations `a`, already validated finite).
     pub fn build(a: &[f64], unit: usize, needs: &Needs, params: &Params) -> UnitProfile {
         let mut p = UnitProfile::default();
-        p.rebuild(
-            a,
-            unit,
+        let spec = TransformSpec {
             needs,
             params,
-            &mut SortScratch::default(),
-            PAIR_KERNEL_RANKS,
-        );
+            ranks: PAIR_KERNEL_RANKS,
+        };
+        p.rebuild(a, unit, spec, &mut SortScratch::default());
         p
     }
 
     /// [`UnitProfile::build`] into this profile, reusing its vectors and the sort's buffers,
-    /// so a thread that transforms many units faults in its memory once. Only what `needs`
-    /// asks for is computed; `ranks` says which per-input outputs of the ranking the caller
-    /// reads (the pair kernel: `at_least`, [`PAIR_KERNEL_RANKS`]; a matrix call's walk down the
-    /// order: `order` and `group_end`).
+    /// so a thread that transforms many units faults in its memory once. Only what
+    /// `spec.needs` asks for is computed, and of the ranking only what `spec.ranks` names.
     pub fn rebuild(
         &mut self,
         a: &[f64],
         unit: usize,
-        needs: &Needs,
-        params: &Params,
+        spec: TransformSpec<'_>,
         scratch: &mut SortScratch,
-        ranks: RankOutputs,
     ) {
+        let TransformSpec {
+            needs,
+            params,
+            ranks,
+        } = spec;
         let n = a.len();
         self.n = n;
         let constant = a.iter().all(|&v| v == a[0]);
@@ -376,32 +394,45 @@ impl SparseEntries {
     }
 }
 
+impl SparseEntries {
+    /// Readies entries just moved in for a unit of `n` inputs: their counts, and nothing of
+    /// an earlier unit's ranks (set again by the ranks when needed).
+    fn reset_for(&mut self, n: usize) {
+        self.n_zero = n - self.rows.len();
+        self.n_above = self.values.iter().filter(|&&v| v > 0.0).count();
+        self.centred_rank.clear();
+        self.order.clear();
+        self.group_end.clear();
+        self.at_least.clear();
+        self.zero_centred_rank = 0.0;
+        self.zero_at_least = 0;
+    }
+}
+
 impl UnitProfile {
-    /// The profile of a unit of `n` inputs given by its nonzero entries (`rows` ascending,
-    /// `values` != 0 and finite). Returns false, leaving the profile unusable, when the
-    /// top-alpha set is neither inside the entries nor every input, or when the units are
-    /// already binary ([`Params::binary_units`]) and a top set is needed: the caller then
-    /// builds the dense profile. Requires at least one zero entry. The entries move into the
-    /// profile: on success `rows` and `values` hold buffers of no meaning (for reuse), and
-    /// on failure the entries as given.
-    #[allow(clippy::too_many_arguments)]
+    /// The profile of a unit given by its nonzero entries. Returns false, leaving the profile
+    /// unusable, when the top-alpha set is neither inside the entries nor every input, or
+    /// when the units are already binary ([`Params::binary_units`]) and a top set is needed:
+    /// the caller then builds the dense profile. Requires at least one zero entry. The
+    /// entries move into the profile: on success `entries.rows` and `entries.values` hold
+    /// buffers of no meaning (for reuse), and on failure the entries as given.
     pub fn rebuild_sparse(
         &mut self,
-        n: usize,
-        rows: &mut Vec<u32>,
-        values: &mut Vec<f64>,
+        entries: UnitEntries<'_>,
         unit: usize,
-        needs: &Needs,
-        params: &Params,
+        spec: TransformSpec<'_>,
         scratch: &mut SortScratch,
-        ranks: RankOutputs,
     ) -> bool {
+        let TransformSpec {
+            needs,
+            params,
+            ranks,
+        } = spec;
         if params.binary_units && (needs.top_set || needs.top_random) {
             return false;
         }
-        let nnz = rows.len();
-        debug_assert!(nnz < n);
-        let n_zero = n - nnz;
+        let UnitEntries { n, rows, values } = entries;
+        debug_assert!(rows.len() < n);
         let mut sp = self
             .sparse
             .take()
@@ -411,22 +442,52 @@ impl UnitProfile {
         std::mem::swap(&mut sp.rows, rows);
         std::mem::swap(&mut sp.values, values);
         self.n = n;
-        // The moments of the values times their magnitude scale, as the dense profile has
-        // them (a copy only for tiny or huge values; `sp.values` keep the values themselves,
-        // which the ranks and the top set read).
+        self.sparse_moments(&sp.values, n);
+        self.clear_dense_forms();
+        sp.reset_for(n);
+        let n_top = top_count(params.alpha, n);
+        // A top set inside the positive entries needs only its cut (a selection); the ranks,
+        // the top-random draws and a cut among the zeros or below read the order.
+        let top_inside = needs.top_set && n_top <= sp.n_above;
+        let walked = needs.order && ranks.order;
+        if walked || needs.top_random || (needs.top_set && !top_inside) {
+            crate::radix::sort_descending_into(&sp.values, &mut sp.order, scratch);
+        }
+        self.centred_rank_norm = if !needs.order {
+            0.0
+        } else if sp.order.is_empty() {
+            sparse_ranks_unordered(&mut sp, n, scratch)
+        } else {
+            sparse_ranks(&mut sp, n)
+        };
+        self.n_top = 0;
+        if needs.top_set && !self.sparse_top_set(&sp, n_top, top_inside) {
+            std::mem::swap(&mut sp.rows, rows);
+            std::mem::swap(&mut sp.values, values);
+            self.sparse = Some(sp);
+            return false;
+        }
+        self.sparse_subset(&sp, unit, needs, params);
+        self.sparse = Some(sp);
+        true
+    }
+
+    /// The moments of a sparse unit's `values` times their magnitude scale, as the dense
+    /// profile has them (a copy only for tiny or huge values: the entries keep the values
+    /// themselves, which the ranks and the top set read).
+    fn sparse_moments(&mut self, values: &[f64], n: usize) {
+        let nnz = values.len();
+        let n_zero = n - nnz;
         // (the sum and the largest magnitude in one pass, as the dense profile has them)
-        let (sum, max_abs) = sum_and_max_abs(&sp.values);
+        let (sum, max_abs) = sum_and_max_abs(values);
         self.scale = magnitude_scale(max_abs);
         let scaled_copy: Vec<f64>;
         let (scaled, sum, max_abs) = if self.scale == 1.0 {
-            (&sp.values, sum, max_abs)
+            (values, sum, max_abs)
         } else {
-            scaled_copy = sp.values.iter().map(|v| v * self.scale).collect();
-            (
-                &scaled_copy,
-                lane_sum(&scaled_copy),
-                max_abs_slice(&scaled_copy),
-            )
+            scaled_copy = values.iter().map(|v| v * self.scale).collect();
+            let (sum, max_abs) = (lane_sum(&scaled_copy), max_abs_slice(&scaled_copy));
+            (&scaled_copy[..], sum, max_abs)
         };
         self.mean = sum / n as f64;
         let mean = self.mean;
@@ -438,6 +499,10 @@ impl UnitProfile {
             robust_norm_shifted_slice(scaled, mean, -mean, n_zero)
         };
         self.norm = robust_norm_slice_with_max(scaled, max_abs);
+    }
+
+    /// Empties what only a dense profile holds, and the top set.
+    fn clear_dense_forms(&mut self) {
         for v in [&mut self.centred, &mut self.centred_rank] {
             v.clear();
         }
@@ -447,86 +512,63 @@ impl UnitProfile {
         self.in_top.clear();
         self.top.clear();
         self.top_is_all = false;
+    }
 
-        sp.n_zero = n_zero;
-        sp.n_above = sp.values.iter().filter(|&&v| v > 0.0).count();
-        sp.centred_rank.clear();
-        sp.order.clear();
-        sp.group_end.clear();
-        sp.at_least.clear();
-        // (set by the ranks when needed; nothing of an earlier unit stays)
-        sp.zero_centred_rank = 0.0;
-        sp.zero_at_least = 0;
-        let n_top = top_count(params.alpha, n);
-        // A top set inside the positive entries needs only its cut (a selection); the ranks,
-        // the top-random draws and a cut among the zeros or below read the order.
-        let top_inside = needs.top_set && n_top <= sp.n_above;
-        let walked = needs.order && ranks.order;
-        if walked || needs.top_random || (needs.top_set && !top_inside) {
-            crate::radix::sort_descending_into(&sp.values, &mut sp.order, scratch);
-        }
-        if needs.order && sp.order.is_empty() {
-            self.centred_rank_norm = sparse_ranks_unordered(&mut sp, n, scratch);
-        } else if needs.order {
-            self.centred_rank_norm = sparse_ranks(&mut sp, n);
-        } else {
-            self.centred_rank_norm = 0.0;
-        }
-        if needs.top_set {
-            if top_inside {
-                // b lies inside the positive entries: ties at the cut included, ascending
-                if sp.order.is_empty() {
-                    crate::radix::top_k_set_into(&sp.values, n_top, &mut self.top);
-                    for e in self.top.iter_mut() {
-                        *e = sp.rows[*e as usize];
-                    }
-                } else {
-                    let cut = sp.values[sp.order[n_top - 1] as usize];
-                    self.top.extend(
-                        sp.rows
-                            .iter()
-                            .zip(&sp.values)
-                            .filter(|(_, &v)| v >= cut)
-                            .map(|(&i, _)| i),
-                    );
+    /// A sparse unit's top set of `n_top` (ties at the cut included): inside the positive
+    /// entries (`top_inside`), or else every input. Returns false when it is neither.
+    fn sparse_top_set(&mut self, sp: &SparseEntries, n_top: usize, top_inside: bool) -> bool {
+        if top_inside {
+            // b lies inside the positive entries: ties at the cut included, ascending
+            if sp.order.is_empty() {
+                crate::radix::top_k_set_into(&sp.values, n_top, &mut self.top);
+                for e in self.top.iter_mut() {
+                    *e = sp.rows[*e as usize];
                 }
-                self.n_top = self.top.len();
             } else {
-                // b takes in the zero group; it is every input when no entry lies below
-                // its cut, which (b holding the zeros) means no negative entry outside b.
-                let below_zero = nnz - sp.n_above;
-                let cut_position = n_top - 1;
-                let everything = below_zero == 0 || {
-                    let last = sp.values[sp.order[nnz - 1] as usize];
-                    let cut = if cut_position < sp.n_above + n_zero {
-                        0.0
-                    } else {
-                        sp.values[sp.order[cut_position - n_zero] as usize]
-                    };
-                    last >= cut
-                };
-                if !everything {
-                    std::mem::swap(&mut sp.rows, rows);
-                    std::mem::swap(&mut sp.values, values);
-                    self.sparse = Some(sp);
-                    return false;
-                }
-                self.top_is_all = true;
-                self.n_top = n;
+                let cut = sp.values[sp.order[n_top - 1] as usize];
+                self.top.extend(
+                    sp.rows
+                        .iter()
+                        .zip(&sp.values)
+                        .filter(|(_, &v)| v >= cut)
+                        .map(|(&i, _)| i),
+                );
             }
-        } else {
-            self.n_top = 0;
+            self.n_top = self.top.len();
+            return true;
         }
+        // b takes in the zero group; it is every input when no entry lies below its cut,
+        // which (b holding the zeros) means no negative entry outside b.
+        let nnz = sp.rows.len();
+        let below_zero = nnz - sp.n_above;
+        let cut_position = n_top - 1;
+        let everything = below_zero == 0 || {
+            let last = sp.values[sp.order[nnz - 1] as usize];
+            let cut = if cut_position < sp.n_above + sp.n_zero {
+                0.0
+            } else {
+                sp.values[sp.order[cut_position - sp.n_zero] as usize]
+            };
+            last >= cut
+        };
+        if everything {
+            self.top_is_all = true;
+            self.n_top = self.n;
+        }
+        everything
+    }
+
+    /// A sparse unit's top-random subset, its activations and their midranks.
+    fn sparse_subset(&mut self, sp: &SparseEntries, unit: usize, needs: &Needs, params: &Params) {
         self.subset.clear();
         self.subset_a.clear();
         self.subset_rank.clear();
         if needs.top_random {
+            let n = self.n;
             self.subset = top_random_subset_by(n, |j| sp.input_at(j), unit, params);
             self.subset_a = self.subset.iter().map(|&i| sp.value_at(i)).collect();
             self.subset_rank = rank(&self.subset_a).midrank;
         }
-        self.sparse = Some(sp);
-        true
     }
 }
 
@@ -649,8 +691,20 @@ mod tests {
             let from_entries =
                 |p: &mut UnitProfile, a: &[f64], needs: &Needs, sort: &mut SortScratch| {
                     let (mut rows, mut values) = entries(a);
-                    let built =
-                        p.rebuild_sparse(n, &mut rows, &mut values, 3, needs, &params, sort, ranks);
+                    let built = p.rebuild_sparse(
+                        UnitEntries {
+                            n,
+                            rows: &mut rows,
+                            values: &mut values,
+                        },
+                        3,
+                        TransformSpec {
+                            needs,
+                            params: &params,
+                            ranks,
+                        },
+                        sort,
+                    );
                     assert!(
                         built,
                         "the test's units hold their top set among the entries"
@@ -658,7 +712,12 @@ mod tests {
                 };
             let mut reused = UnitProfile::default();
             from_entries(&mut reused, &first, &every, &mut sort);
-            reused.rebuild(&dense, 3, &every, &params, &mut sort, ranks);
+            let spec = TransformSpec {
+                needs: &every,
+                params: &params,
+                ranks,
+            };
+            reused.rebuild(&dense, 3, spec, &mut sort);
             assert!(reused.sparse.is_none());
             from_entries(&mut reused, &last, &last_needs, &mut sort);
             let mut fresh = UnitProfile::default();

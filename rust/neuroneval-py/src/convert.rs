@@ -171,10 +171,7 @@ pub fn pairs(array: &PyReadonlyArray2<'_, i64>) -> PyResult<Vec<(i64, i64)>> {
 
 /// Metric names as core metrics.
 pub fn metrics(names: &[String]) -> PyResult<Vec<Metric>> {
-    names
-        .iter()
-        .map(|n| Metric::from_name(n).map_err(to_py_err))
-        .collect()
+    Metric::from_names(names).map_err(to_py_err)
 }
 
 /// `repr(value)`, cut short: an error message quotes it, and an array's repr is long.

@@ -1,6 +1,6 @@
 //! The metric facts the core declares, for `neuroneval.METRICS` and the generated functions.
 
-use neuroneval_core::Metric;
+use neuroneval_core::{Metric, ParamKind, Params};
 use pyo3::prelude::*;
 
 /// One metric's facts, in the field order of `neuroneval.MetricInfo`.
@@ -36,6 +36,41 @@ pub fn metric_facts() -> Vec<Facts> {
                 f.value_range,
                 f.passes_sanity,
                 f.description,
+            )
+        })
+        .collect()
+}
+
+/// One scoring parameter's declaration: name, kind ("real" or "integer"), default, domain
+/// (low, low_open, high, high_open), the domain as a sentence, and help.
+type Rule = (
+    &'static str,
+    &'static str,
+    f64,
+    (f64, bool, f64, bool),
+    &'static str,
+    &'static str,
+);
+
+/// Each scoring parameter's declaration, in the order users pass them: the one declaration
+/// that `neuroneval.options` turns into the API's defaults, the CLI's flags and the tests.
+#[pyfunction]
+pub fn score_param_rules() -> Vec<Rule> {
+    Params::RULES
+        .iter()
+        .map(|r| {
+            let kind = match r.kind {
+                ParamKind::Real => "real",
+                ParamKind::Integer => "integer",
+            };
+            let d = r.domain;
+            (
+                r.name,
+                kind,
+                r.default,
+                (d.low, d.low_open, d.high, d.high_open),
+                r.rule,
+                r.help,
             )
         })
         .collect()

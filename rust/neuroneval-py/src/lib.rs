@@ -27,12 +27,14 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<scoring::PreparedConcepts>()?;
     m.add_function(wrap_pyfunction!(scoring::prepare_concepts, m)?)?;
     m.add_function(wrap_pyfunction!(scoring::check_arguments, m)?)?;
+    m.add_function(wrap_pyfunction!(scoring::check_finite, m)?)?;
     m.add_function(wrap_pyfunction!(scoring::score_matrix, m)?)?;
     m.add_function(wrap_pyfunction!(scoring::score_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(scoring::table_scores, m)?)?;
     m.add_function(wrap_pyfunction!(scoring::rank_statistic_columns, m)?)?;
     m.add_function(wrap_pyfunction!(facts::metric_names, m)?)?;
     m.add_function(wrap_pyfunction!(facts::metric_facts, m)?)?;
+    m.add_function(wrap_pyfunction!(facts::score_param_rules, m)?)?;
     m.add_function(wrap_pyfunction!(pool::num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(pool::set_counting_ranks, m)?)?;
     Ok(())

@@ -14,17 +14,18 @@ use crate::errors::to_py_err;
 ///
 /// Parameters
 /// ----------
-/// alpha : float, default 0.005
+/// alpha : float
 ///     Top-alpha fraction that binarises each unit, 0 < alpha <= 1.
-/// lam : float, default 1.0
+/// lam : float
 ///     wpmi's lambda, a finite number >= 0.
-/// k : int, default 25
+/// k : int
 ///     Inputs the top-random metrics draw from the top and from all inputs, each; k >= 1.
-/// top_alpha : float, default 0.002
+/// top_alpha : float
 ///     The top fraction the top-random metrics draw from, 0 < top_alpha <= 1.
-/// seed : int, default 0
+/// seed : int
 ///     Seed of every random draw, an integer in [0, 2^64).
 ///
+/// The defaults are the core's declaration (`repr(ScoreParams())` shows them).
 /// A value outside its domain, or of the wrong type (a bool, a string, a complex number, an
 /// array; a float, even a whole one, for k or seed), raises
 /// `neuroneval.errors.ParameterError` naming the parameter. None stands for the default.
@@ -91,7 +92,7 @@ impl ScoreParams {
     #[new]
     #[pyo3(
         signature = (alpha=None, lam=None, k=None, top_alpha=None, seed=None),
-        text_signature = "(alpha=0.005, lam=1.0, k=25, top_alpha=0.002, seed=0)"
+        text_signature = "(alpha=None, lam=None, k=None, top_alpha=None, seed=None)"
     )]
     fn new(
         alpha: Option<Bound<'_, PyAny>>,

@@ -28,11 +28,16 @@ impl PreparedConcepts {
     }
 }
 
-/// Checks metric names and parameters without scoring anything, so long jobs fail early.
+/// Checks metric names (at least one, each known) and parameters without scoring anything,
+/// so long jobs fail early.
 #[pyfunction]
-pub fn check_arguments(metrics: Vec<String>, params: PyRef<'_, ScoreParams>) -> PyResult<()> {
+#[pyo3(signature = (metrics, params=None))]
+pub fn check_arguments(
+    metrics: Vec<String>,
+    params: Option<PyRef<'_, ScoreParams>>,
+) -> PyResult<()> {
     convert::metrics(&metrics)?;
-    params.0.validate().map_err(to_py_err)
+    params.map_or(Ok(()), |p| p.0.validate().map_err(to_py_err))
 }
 
 /// Validates and transforms concepts once for matrix calls with these metrics.
@@ -224,4 +229,20 @@ pub fn rank_statistic_columns<'py>(
         )?)
     });
     Ok(out.into_pyarray(py))
+}
+
+/// The core's check of `activations` for NaN and infinities, the error's (row, column) moved by
+/// (`first_row`, `first_column`): the one wording of that error, also for scans of a larger
+/// matrix done in Python.
+#[pyfunction]
+#[pyo3(signature = (activations, first_row=0, first_column=0))]
+pub fn check_finite(
+    activations: SourceArg<'_>,
+    first_row: usize,
+    first_column: usize,
+) -> PyResult<()> {
+    let a = convert::source(&activations, "activations")?;
+    let columns: Vec<usize> = (0..a.cols()).collect();
+    a.check_finite("activations", &columns)
+        .map_err(|e| to_py_err(e.offset_by(first_row, first_column)))
 }

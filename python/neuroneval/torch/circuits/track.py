@@ -29,7 +29,7 @@ from neuroneval.circuits import (
     select_edges,
     tokenize_task,
 )
-from neuroneval.circuits.results import CIRCUIT_MODELS
+from neuroneval.circuits.results import CIRCUIT_MODELS, CIRCUIT_TRACK_OPTIONS
 from neuroneval.errors import EmptyInputError, ParameterError
 
 from .known import digit_pair_batches, train_known_circuit_model
@@ -258,17 +258,18 @@ def circuit_track(
     model: str,
     task: str,
     methods: Sequence[str] = ("random", "eap", "eap-ig-inputs", "eap-ig-activations"),
-    n_score: int = 16,
-    n_eval: int = 192,
-    steps: int = 5,
-    activation_steps: int | None = 2,
-    batch_size: int = 32,
-    ablation: str = "patching",
-    seed: int = 0,
-    train_steps: int = 1500,
+    n_score: int | None = None,
+    n_eval: int | None = None,
+    steps: int | None = None,
+    activation_steps: int | None = None,
+    batch_size: int | None = None,
+    ablation: str | None = None,
+    seed: int | None = None,
+    train_steps: int | None = None,
     progress: Progress | None = None,
 ) -> CircuitRun:
-    """The circuit track on a named model and task (`MODELS`, `TASK_NAMES`).
+    """The circuit track on a named model and task (`MODELS`, `TASK_NAMES`); the options are
+    `CIRCUIT_TRACK_OPTIONS` (None: the declared default).
 
     SmolLM2's tasks keep examples it gets right (`language_task_batches`); the digit-pair model is trained first (`train_steps`) and carries
     its ground truth, so each method's AUROC is reported.
@@ -277,17 +278,26 @@ def circuit_track(
         raise ParameterError(f"unknown circuit model {model!r}; choose one of {', '.join(MODELS)}")
     if task not in TASK_NAMES[model]:
         raise ParameterError(f"the {model} model runs the task(s) {', '.join(TASK_NAMES[model])}; got {task!r}")
-    for name, value in (("n_score", n_score), ("n_eval", n_eval), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ParameterError(f"{name} must be an integer >= 1; got {value!r}")
+    options = CIRCUIT_TRACK_OPTIONS.resolve(
+        n_score=n_score,
+        n_eval=n_eval,
+        steps=steps,
+        activation_steps=activation_steps,
+        batch_size=batch_size,
+        ablation=ablation,
+        seed=seed,
+        train_steps=train_steps,
+    )
+    seed_: int = options["seed"]
+    batch: int = options["batch_size"]
     truth = None
     if model == "digit-pair":
         if progress is not None:
-            progress("training the digit-pair model", 0, train_steps)
-        known = train_known_circuit_model(steps=train_steps, seed=seed)
+            progress("training the digit-pair model", 0, options["train_steps"])
+        known = train_known_circuit_model(steps=options["train_steps"], seed=seed_)
         decomposed, truth = known.decomposed, known.circuit
-        score_batches = digit_pair_batches(n_score, batch_size=batch_size, seed=seed + 101)
-        eval_batches = digit_pair_batches(n_eval, batch_size=batch_size, seed=seed + 202)
+        score_batches = digit_pair_batches(options["n_score"], batch_size=batch, seed=seed_ + 101)
+        eval_batches = digit_pair_batches(options["n_eval"], batch_size=batch, seed=seed_ + 202)
     else:
         if progress is not None:
             progress("loading SmolLM2-135M-Instruct", 0, 1)
@@ -297,10 +307,10 @@ def circuit_track(
             decomposed,
             tokenizer,
             task,
-            n_score=n_score,
-            n_eval=n_eval,
-            seed=seed,
-            batch_size=batch_size,
+            n_score=options["n_score"],
+            n_eval=options["n_eval"],
+            seed=seed_,
+            batch_size=batch,
             progress=progress,
         )
     return evaluate_methods(
@@ -310,10 +320,10 @@ def circuit_track(
         methods,
         model_name=model,
         task_name=task,
-        steps=steps,
-        activation_steps=activation_steps,
-        seed=seed,
-        ablation=ablation,
+        steps=options["steps"],
+        activation_steps=options["activation_steps"],
+        seed=seed_,
+        ablation=options["ablation"],
         truth=truth,
         progress=progress,
     )
