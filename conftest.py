@@ -77,3 +77,11 @@ def judge_servers() -> Iterator[Any]:
     yield start
     for server in servers:
         server.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Test files holding slow tests first (each keeps its order): run on several CPUs, one file
+    per worker at a time (`make test`), the long files start early and the short ones fill the
+    end, instead of one long file running alone at the end."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)

@@ -448,9 +448,13 @@ def test_plan_read_rejects_corrupt_files(tmp_path: Any, small_data: tuple[np.nda
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"pairs": [(3, 0)]}, errors.InvalidInputError, r"pair \(3, 0\)"),
-        ({"pairs": [(0, 4)]}, errors.InvalidInputError, r"pair \(0, 4\)"),
-        ({"pairs": [(-1, 0)]}, errors.InvalidInputError, r"pair \(-1, 0\)"),
+        (
+            {"pairs": [(3, 0)]},
+            errors.InvalidInputError,
+            r"pair 0 = \(3, 0\) is out of range: there are 3 units and 4 concepts",
+        ),
+        ({"pairs": [(0, 4)]}, errors.InvalidInputError, r"pair 0 = \(0, 4\) is out of range"),
+        ({"pairs": [(-1, 0)]}, errors.InvalidInputError, r"pair 0 = \(-1, 0\) is out of range"),
         ({"pairs": np.zeros((0, 2), dtype=int)}, errors.EmptyInputError, "pair"),
         ({"pairs": [(0, 0, 0)]}, errors.ShapeError, "pairs"),
         ({"budget": 2}, errors.ParameterError, "budget"),

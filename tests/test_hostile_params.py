@@ -22,12 +22,13 @@ import neuroneval
 import numpy as np
 import pytest
 from neuroneval import ScoreParams, errors
+from neuroneval.options import SCORE_OPTIONS
 
 A = np.random.default_rng(0).normal(size=(12, 3))
 C = (np.random.default_rng(1).random((12, 2)) < 0.5).astype(np.float64)
 
-PARAMETERS = ["alpha", "lam", "k", "top_alpha", "seed"]
-INTEGER = {"k", "seed"}
+PARAMETERS = list(SCORE_OPTIONS)
+INTEGER = {name for name, option in SCORE_OPTIONS.items() if option.kind == "integer"}
 # How each rule starts: the kind of number it asks for.
 RULE_START = {
     "alpha": "alpha must be a real number",
@@ -78,13 +79,17 @@ WRONG_FOR_INTEGERS: list[tuple[str, Any, str]] = [
     ("nan", float("nan"), "float"),
 ]
 
-# Numbers of the right type outside the domain.
+# Numbers of the right type outside the domain: those generated from each declaration (just past
+# each end, NaN and the infinities), and numpy scalars and huge ints that must take the same door.
+EXTRA_OUT_OF_RANGE: dict[str, list[Any]] = {
+    "alpha": [-0.1, 1.5, 2, -float("inf"), 10**400, np.float32(-1)],
+    "top_alpha": [-1e-300, np.int64(2)],
+    "lam": [-1, float("inf"), -float("inf"), 10**400],
+    "k": [-1, -(2**40), 2**70, np.int64(0), np.int8(-3)],
+    "seed": [-(2**63), 2**100, np.int64(-5)],
+}
 OUT_OF_RANGE: dict[str, list[Any]] = {
-    "alpha": [0, 0.0, -0.1, 1.0000001, 1.5, 2, float("nan"), float("inf"), -float("inf"), 10**400, np.float32(-1)],
-    "top_alpha": [0, -1e-300, 1.5, float("nan"), float("inf"), np.int64(2)],
-    "lam": [-1, -1e-12, float("nan"), float("inf"), -float("inf"), 10**400],
-    "k": [0, -1, -(2**40), 2**64, 2**70, np.int64(0), np.int8(-3)],
-    "seed": [-1, -(2**63), 2**64, 2**100, np.int64(-5)],
+    name: SCORE_OPTIONS[name].boundaries()[1] + EXTRA_OUT_OF_RANGE[name] for name in PARAMETERS
 }
 
 # Values of the right type inside the domain, and what the parameter holds then.
@@ -103,6 +108,9 @@ ACCEPTED: dict[str, list[tuple[Any, float | int]]] = {
     "k": [(1, 1), (np.int32(7), 7), (np.uint8(3), 3), (2**63, 2**63)],
     "seed": [(0, 0), (2**64 - 1, 2**64 - 1), (np.uint64(2**64 - 1), 2**64 - 1), (np.int16(9), 9)],
 }
+# and the closed ends of each declared domain, generated
+for _name in PARAMETERS:
+    ACCEPTED[_name] += [(value, value) for value in SCORE_OPTIONS[_name].boundaries()[0]]
 
 
 def _wrong_type_cases() -> list[Any]:

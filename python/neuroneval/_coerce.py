@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from . import _core
 from .errors import (
     ConceptRangeError,
     DTypeError,
@@ -351,11 +352,8 @@ def as_probabilities(x: Any, name: str, n: int | None = None) -> npt.NDArray[np.
 
 
 def check_pairs(pairs: npt.NDArray[np.int64], n_units: int, n_concepts: int) -> None:
-    """(unit, concept) index pairs inside n_units x n_concepts."""
-    bad = (pairs[:, 0] < 0) | (pairs[:, 0] >= n_units) | (pairs[:, 1] < 0) | (pairs[:, 1] >= n_concepts)
-    if bad.any():
-        k, t = pairs[np.flatnonzero(bad)[0]]
-        raise PairIndexError(f"pair ({k}, {t}) is outside {n_units} units x {n_concepts} concepts")
+    """(unit, concept) index pairs inside n_units x n_concepts: the core's rule and wording."""
+    _core.check_pairs(pairs, n_units, n_concepts)
 
 
 def as_reals(x: Any, name: str) -> npt.NDArray[np.float64]:

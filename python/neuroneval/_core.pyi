@@ -9,6 +9,7 @@ __all__ = [
     "ScoreParams",
     "check_arguments",
     "check_finite",
+    "check_pairs",
     "metric_facts",
     "metric_names",
     "num_threads",
@@ -61,6 +62,7 @@ class PreparedConcepts:
 
 def check_arguments(metrics: list[str], params: ScoreParams | None = None) -> None: ...
 def check_finite(activations: _Source, first_row: int = 0, first_column: int = 0) -> None: ...
+def check_pairs(pairs: npt.NDArray[np.int64], units: int, concepts: int) -> None: ...
 def prepare_concepts(concepts: _Source, metrics: list[str]) -> PreparedConcepts: ...
 def score_matrix(
     activations: _Source,

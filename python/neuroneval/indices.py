@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from ._coerce import as_index_array
+from ._coerce import as_index_array, check_pairs
 from .errors import EmptyInputError, PairIndexError, ShapeError, SourceError
 from .sources import input_file
 
@@ -49,7 +49,7 @@ def read_pairs(
     >>> read_pairs(p, n_units=3, n_concepts=3)
     Traceback (most recent call last):
     ...
-    neuroneval.errors.PairIndexError: pairs file ... row 0: pair (3, 0) is outside 3 units x 3 concepts
+    neuroneval.errors.PairIndexError: pairs file ...: pair 0 = (3, 0) is out of range: there are 3 units and 3 concepts
     """
     p = input_file(path, "pairs file")
     if p.suffix == ".npy":
@@ -83,14 +83,10 @@ def read_pairs(
     if n_units is not None and n_concepts is not None:
         if pairs.shape[0] == 0:
             raise EmptyInputError(f"pairs file {p} holds no pair")
-        units, concepts = pairs[:, 0], pairs[:, 1]
-        bad = (units < 0) | (units >= n_units) | (concepts < 0) | (concepts >= n_concepts)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise PairIndexError(
-                f"pairs file {p} row {i}: pair ({pairs[i, 0]}, {pairs[i, 1]}) is outside "
-                f"{n_units:,} units x {n_concepts:,} concepts"
-            )
+        try:
+            check_pairs(pairs, n_units, n_concepts)  # the core's rule: pair i is row i of the file
+        except PairIndexError as e:
+            raise PairIndexError(f"pairs file {p}: {e}") from None
     return pairs
 
 

@@ -784,6 +784,25 @@ pub fn score_pairs(
 
 /// [`score_pairs`] for a source whose first column is unit `first_unit` among all units (as
 /// in [`score_matrix_with`]: the top-random draws and error messages use the global index).
+/// Every (unit, concept) pair indexes inside `units` x `concepts`; the first that does not
+/// is the error.
+pub fn check_pairs(pairs: &[(i64, i64)], units: usize, concepts: usize) -> Result<()> {
+    let inside = |i: i64, n: usize| i >= 0 && (i as u64) < n as u64;
+    match pairs
+        .iter()
+        .position(|&(u, c)| !(inside(u, units) && inside(c, concepts)))
+    {
+        None => Ok(()),
+        Some(index) => Err(CoreError::PairOutOfRange {
+            index,
+            unit: pairs[index].0,
+            concept: pairs[index].1,
+            units,
+            concepts,
+        }),
+    }
+}
+
 fn score_pairs_at(
     activations: &dyn MatrixSource,
     concepts: &dyn MatrixSource,
@@ -794,18 +813,7 @@ fn score_pairs_at(
 ) -> Result<Scores> {
     params.validate()?;
     check_metrics(metrics)?;
-    let (k, t) = (activations.cols(), concepts.cols());
-    for (index, &(unit, concept)) in pairs.iter().enumerate() {
-        if unit < 0 || concept < 0 || unit as usize >= k || concept as usize >= t {
-            return Err(CoreError::PairOutOfRange {
-                index,
-                unit,
-                concept,
-                units: k,
-                concepts: t,
-            });
-        }
-    }
+    check_pairs(pairs, activations.cols(), concepts.cols())?;
     if pairs.is_empty() {
         return Ok(metrics.iter().map(|_| Vec::new()).collect());
     }

@@ -23,7 +23,7 @@ pub mod sweep;
 pub mod unit;
 
 pub use concepts::ConceptSet;
-pub use engine::{score_matrix, score_matrix_with, score_pairs, KeptBuffers, Scores};
+pub use engine::{check_pairs, score_matrix, score_matrix_with, score_pairs, KeptBuffers, Scores};
 pub use error::{CoreError, Result};
 pub use matrix::{Element, MatrixView};
 pub use metric::{Metric, Needs, ParamKind, ParamRule, Params};

@@ -28,6 +28,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scoring::prepare_concepts, m)?)?;
     m.add_function(wrap_pyfunction!(scoring::check_arguments, m)?)?;
     m.add_function(wrap_pyfunction!(scoring::check_finite, m)?)?;
+    m.add_function(wrap_pyfunction!(scoring::check_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(scoring::score_matrix, m)?)?;
     m.add_function(wrap_pyfunction!(scoring::score_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(scoring::table_scores, m)?)?;

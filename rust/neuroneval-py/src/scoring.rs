@@ -246,3 +246,15 @@ pub fn check_finite(
     a.check_finite("activations", &columns)
         .map_err(|e| to_py_err(e.offset_by(first_row, first_column)))
 }
+
+/// The core's check that every (unit, concept) pair of an (M, 2) int64 array indexes inside
+/// `units` x `concepts`: the one wording of that error, also for pairs that are not scored here.
+#[pyfunction]
+pub fn check_pairs(
+    pairs: PyReadonlyArray2<'_, i64>,
+    units: usize,
+    concepts: usize,
+) -> PyResult<()> {
+    let list = convert::pairs(&pairs)?;
+    neuroneval_core::check_pairs(&list, units, concepts).map_err(to_py_err)
+}
