@@ -249,13 +249,28 @@ def fmt_bytes(b: float) -> str:
     return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.0f} MiB"
 
 
+def host_line() -> str:
+    """The CPU model and its caches, as Linux reports them (`lscpu`): ratios to BLAS differ by host."""
+    import subprocess
+
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "CPU model unknown (no lscpu)"
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    caches = ", ".join(
+        f"{k.strip().removesuffix(' cache')} {fields[k].strip()}" for k in fields if k.strip().endswith("cache")
+    )
+    return f"{fields.get('Model name', 'CPU model unknown').strip()} ({caches})"
+
+
 def threads_line() -> str:
     import neuroneval
     import sklearn
 
     return (
         f"neuroneval {neuroneval.__version__} on {neuroneval.num_threads()} threads, "
-        f"numpy {np.__version__}, scikit-learn {sklearn.__version__}, {os.cpu_count()} CPUs"
+        f"numpy {np.__version__}, scikit-learn {sklearn.__version__}, {os.cpu_count()} CPUs: {host_line()}"
     )
 
 
