@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable
 from typing import Any
@@ -25,8 +24,9 @@ import polars as pl
 import pytest
 from neuroneval import errors, meta, sanity
 from neuroneval.meta import split_units, tune
-from neuroneval.options import SCORE_OPTIONS, Option, Options
+from neuroneval.options import SCORE_OPTIONS, Options
 from numpy.testing import assert_allclose, assert_array_equal
+from option_doors import assert_refused_as_declared, declared_keywords, refused_values
 from scipy import stats
 
 METRICS = list(neuroneval.METRICS)
@@ -302,31 +302,14 @@ CALLS: dict[str, tuple[Callable[..., Any], list[Options]]] = {
 }
 
 
-def declared_keywords(function: Callable[..., Any], groups: list[Options]) -> list[Option]:
-    """The function's keyword options, each as the first group declares it; each defaults to None."""
-    merged: dict[str, Option] = {}
-    for group in groups:
-        for name, option in group.items():
-            merged.setdefault(name, option)
-    taken = [merged[p.name] for p in inspect.signature(function).parameters.values() if p.name in merged]
-    for option in taken:
-        assert inspect.signature(function).parameters[option.name].default is None, option.name
-    return taken
-
-
 @pytest.mark.parametrize("name", list(CALLS))
 def test_every_declared_option_is_checked_where_it_is_taken(name: str) -> None:
     call, groups = CALLS[name]
     options = declared_keywords(getattr(sanity, name), groups)
     assert options
     for option in options:
-        wrong_type = 1 if option.kind == "text" else "1"
-        for value in [*option.boundaries()[1], wrong_type]:
-            with pytest.raises(errors.ParameterError) as info:
-                call(**{option.name: value})
-            message = str(info.value)
-            assert message.startswith(f"invalid parameter {option.name} = "), (name, message)
-            assert message.endswith(option.rule) or f"{option.rule}, not a" in message, (name, message)
+        for value in refused_values(option):
+            assert_refused_as_declared(call, option, value)
 
 
 # ---------------------------------------------------------------------------------------------
