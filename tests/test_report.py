@@ -473,7 +473,7 @@ def test_top_inputs_names_and_errors() -> None:
     assert table["unit"].unique(maintain_order=True).to_list() == ["p", "q", "r", "y[0]"]
     assert table.filter(pl.col("unit") == "q")["input"].to_list() == [3, 2]
     assert report.top_inputs({}).height == 0
-    with pytest.raises(ParameterError, match="k must be a positive integer"):
+    with pytest.raises(ParameterError, match=r"invalid parameter k = 0: k must be an integer with 1 <= k < 2\^64"):
         report.top_inputs({"x": a}, k=0)
     with pytest.raises(ShapeError, match=r"unit_names\['x'\] has 2 names for 3 units"):
         report.top_inputs({"x": a}, unit_names={"x": ["p", "q"]})

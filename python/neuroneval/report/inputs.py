@@ -15,15 +15,21 @@ import polars as pl
 
 from neuroneval.errors import EmptyInputError, NonFiniteError, ParameterError, ShapeError
 from neuroneval.files import write_files_atomic
+from neuroneval.options import Option, Options
 from neuroneval.sources import Source, open_activations
 
 from .read import INPUTS_PER_UNIT
 
 _CHUNK_BYTES = 64 << 20
+#: The option of `top_inputs`: how many top-activating inputs each unit keeps (the domain of
+#: the scoring parameter k, whose --k flag shares the name).
+TOP_INPUTS_OPTIONS = Options(
+    Option("k", "integer", INPUTS_PER_UNIT, "top-activating inputs per unit", low=1, high=2.0**64, high_open=True)
+)
 
 
 def top_inputs(
-    activations: Mapping[str, Any], k: int = INPUTS_PER_UNIT, *, unit_names: Mapping[str, Sequence[str]] | None = None
+    activations: Mapping[str, Any], k: int | None = None, *, unit_names: Mapping[str, Sequence[str]] | None = None
 ) -> pl.DataFrame:
     """Each unit's `k` top-activating inputs, exactly: the table ``top_inputs.parquet`` holds.
 
@@ -33,8 +39,9 @@ def top_inputs(
         Anything `neuroneval.sources.open_activations` takes: a numpy array or torch tensor,
         a ``.npy`` file, a shard directory, a sparse matrix. Files are read once, in row
         chunks of about 64 MiB (sparse data in column blocks of that size).
-    k : int
-        Inputs per unit (fewer when the layer has fewer than `k` inputs).
+    k : int, optional
+        Inputs per unit (fewer when the layer has fewer than `k` inputs); default: see
+        `TOP_INPUTS_OPTIONS`.
     unit_names : mapping of layer name to K names, optional
         The units' names, which must equal the ``unit`` values of ``scores.parquet``. Default:
         the names a shard manifest carries, else ``"{layer}[{j}]"`` (the demo's names).
@@ -51,8 +58,7 @@ def top_inputs(
     NonFiniteError
         A NaN or infinite activation (its layer, row and column named).
     """
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ParameterError(f"k must be a positive integer; got {k!r}")
+    k = TOP_INPUTS_OPTIONS.resolve(k=k)["k"]
     frames = []
     for layer, x in activations.items():
         src = open_activations(x)

@@ -11,11 +11,14 @@ import numpy.typing as npt
 import torch
 
 from neuroneval.errors import EmptyInputError, ParameterError, ShapeError
+from neuroneval.options import Option, Options
 
 from .hooks import _no_such_modules, _units
 
 Reduce = Literal["mean", "max"]
 _REDUCTIONS = ("mean", "max")
+#: The option of `capture`: inputs per forward pass.
+CAPTURE_OPTIONS = Options(Option("batch_size", "integer", 256, "inputs per forward pass", low=1))
 
 
 def capture(
@@ -23,7 +26,7 @@ def capture(
     inputs: torch.Tensor | npt.ArrayLike,
     layers: str | Sequence[str],
     *,
-    batch_size: int = 256,
+    batch_size: int | None = None,
     reduce: Reduce = "mean",
 ) -> dict[str, npt.NDArray[np.float32]]:
     """Run `model` over `inputs` and return the outputs of the named modules, one column per unit.
@@ -43,8 +46,8 @@ def capture(
         Names of modules as ``model.named_modules()`` spells them (``"layer4.1.conv2"``;
         ``""`` is the model itself). Each must run exactly once per forward pass and return
         one tensor. Repeated names are kept once.
-    batch_size : int
-        Inputs per forward pass (at least 1).
+    batch_size : int, optional
+        Inputs per forward pass; default: see `CAPTURE_OPTIONS`.
     reduce : {"mean", "max"}
         How a feature map of shape (N, C, H, W) (or more spatial dimensions) becomes one
         value per channel: its mean or its max over space. Outputs of any other shape are
@@ -85,8 +88,7 @@ def capture(
     names = _layer_names(layers)
     if reduce not in _REDUCTIONS:
         raise ParameterError(f"reduce must be one of {', '.join(map(repr, _REDUCTIONS))}; got {reduce!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ParameterError(f"batch_size must be an integer of at least 1; got {batch_size!r}")
+    batch: int = CAPTURE_OPTIONS.resolve(batch_size=batch_size)["batch_size"]
     modules = dict(model.named_modules())
     missing = [n for n in names if n not in modules]
     if missing:
@@ -122,8 +124,8 @@ def capture(
             handles.append(modules[name].register_forward_hook(hook_for(name)))
         model.eval()
         with torch.inference_mode():
-            for start in range(0, n, int(batch_size)):
-                model(x[start : start + int(batch_size)].to(device))
+            for start in range(0, n, batch):
+                model(x[start : start + batch].to(device))
                 for name in names:
                     outs = seen[name]
                     if len(outs) != 1:

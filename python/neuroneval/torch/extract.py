@@ -27,6 +27,7 @@ import torch
 from neuroneval.errors import EmptyInputError, ParameterError, ResumeError, ShapeError
 from neuroneval.files import inside, output_lock, writing
 from neuroneval.interop.sae import SparseAutoencoder
+from neuroneval.options import Option, Options
 from neuroneval.progress import Progress
 
 from .hooks import _as_call, _layer_name, _LayerRun, _raw_size, _resolve_layers
@@ -53,6 +54,17 @@ SPARSE_ZEROS = 0.9
 _QUEUE_BATCHES = 2
 _EXTRACT_REDUCTIONS = ("mean", "max", "spatial", "tokens")
 _STORE_DTYPES: dict[str, torch.dtype] = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
+#: The options of `extract` given by name: where the model runs and the stored dtype (a
+#: torch.device or a torch.dtype is taken as well, and checked where it is used).
+EXTRACT_OPTIONS = Options(
+    Option(
+        "device",
+        "text",
+        "auto",
+        "where the model runs: auto (the model's CUDA device, else CUDA when available, else the CPU) or a device name",
+    ),
+    Option("dtype", "choice", "float16", "the stored dtype", choices=tuple(_STORE_DTYPES)),
+)
 
 
 def extract(
@@ -61,9 +73,9 @@ def extract(
     layers: str | torch.nn.Module | Sequence[Any],
     out: str | os.PathLike[str],
     *,
-    device: str | torch.device = "auto",
+    device: str | torch.device | None = None,
     reduce: str | Mapping[Any, str] = "mean",
-    dtype: str | torch.dtype = "float16",
+    dtype: str | torch.dtype | None = None,
     batch_size: int | None = None,
     sae: Callable[[torch.Tensor], torch.Tensor] | SparseAutoencoder | Mapping[Any, Any] | None = None,
     autocast: bool = False,
@@ -104,9 +116,9 @@ def extract(
         Face modules do) or a Hugging Face ``ModelOutput`` contributes its first element.
     out : path
         The output directory (created; it must be empty or hold an extraction).
-    device : "auto", str or torch.device
+    device : "auto", str or torch.device, optional
         Where the model runs: "auto" is the model's CUDA device if it has one, else CUDA when
-        available, else the CPU.
+        available, else the CPU; default: see `EXTRACT_OPTIONS`.
     reduce : str or dict of layer to str
         How a layer's output becomes rows (one value per layer, or a dict; layers not in the
         dict get "mean"):
@@ -119,8 +131,8 @@ def extract(
           row ids (document, position));
         - (N, D) outputs are stored as they are ("mean" and "max" leave them alone), (N,) as
           one unit.
-    dtype : {"float16", "float32", "float64"}
-        The stored dtype (round to nearest from float32).
+    dtype : {"float16", "float32", "float64"} or torch.dtype, optional
+        The stored dtype (round to nearest from float32); default: see `EXTRACT_OPTIONS`.
     batch_size : int, optional
         Inputs per forward pass when `data` is a tensor (default 256); a DataLoader or an
         iterable sets its own batches, so it must be None then.
@@ -198,6 +210,11 @@ def extract(
     >>> [(name, layer.n_rows, layer.n_units, layer.fields) for name, layer in store.layers.items()]
     [('1', 640, 4, ('input', 'y', 'x')), ('3', 10, 3, ('input',))]
     """
+    # names are checked against the declarations; a torch.device or torch.dtype where it is used
+    named = {"device": device, "dtype": dtype}
+    values = EXTRACT_OPTIONS.resolve(**{k: v for k, v in named.items() if v is None or isinstance(v, str)})
+    device = values["device"] if device is None or isinstance(device, str) else device
+    dtype = values["dtype"] if dtype is None or isinstance(dtype, str) else dtype
     run = _Extraction(model, data, layers, out, device, reduce, dtype, batch_size, sae, autocast, shard_rows)
     if run.out.exists() and not run.out.is_dir():
         raise ResumeError(f"{run.out} exists and is not a directory")

@@ -26,13 +26,16 @@ import torch
 
 from neuroneval.circuits import Graph, edge_names, transformer_graph
 from neuroneval.errors import ParameterError
+from neuroneval.options import SCORE_OPTIONS, Option, Options, value_error
 
 from .methods import Batch
 from .models import DecomposedModel, decompose
 from .patching import run
 
 __all__ = [
+    "DIGIT_PAIR_OPTIONS",
     "KNOWN_CIRCUIT",
+    "KNOWN_MODEL_OPTIONS",
     "KnownCircuitModel",
     "digit_pair_batches",
     "known_circuit_mask",
@@ -71,11 +74,25 @@ def _draw(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
     return tokens, _answers(x, y, op)
 
 
-def digit_pair_batches(n: int, *, batch_size: int = 64, seed: int = 0) -> list[Batch]:
-    """`n` digit-pair examples with counterfactuals whose answer differs, in batches."""
-    if n < 1 or batch_size < 1:
-        raise ParameterError("digit_pair_batches needs n >= 1 and batch_size >= 1")
-    rng = np.random.default_rng(seed)
+#: The options of `digit_pair_batches`: examples per batch, the seed of the draw.
+DIGIT_PAIR_OPTIONS = Options(Option("batch_size", "integer", 64, "examples per batch", low=1), SCORE_OPTIONS["seed"])
+#: The options of `train_known_circuit_model`: training steps, examples per step (and as many
+#: other examples that the circuit's patched run reads), the seed of the weights and draws.
+KNOWN_MODEL_OPTIONS = Options(
+    Option("steps", "integer", 1500, "training steps", low=1),
+    Option("batch_size", "integer", 128, "examples per training step (at least 2)", low=1),
+    SCORE_OPTIONS["seed"],
+)
+
+
+def digit_pair_batches(n: int, *, batch_size: int | None = None, seed: int | None = None) -> list[Batch]:
+    """`n` digit-pair examples with counterfactuals whose answer differs, in batches (defaults:
+    see `DIGIT_PAIR_OPTIONS`)."""
+    values = DIGIT_PAIR_OPTIONS.resolve(batch_size=batch_size, seed=seed)
+    size: int = values["batch_size"]
+    if n < 1:
+        raise ParameterError("digit_pair_batches needs n >= 1")
+    rng = np.random.default_rng(values["seed"])
     clean, answer = _draw(rng, n)
     cf, foil = _draw(rng, n)
     same = foil == answer
@@ -83,8 +100,8 @@ def digit_pair_batches(n: int, *, batch_size: int = 64, seed: int = 0) -> list[B
         cf[same], foil[same] = _draw(rng, int(same.sum()))
         same = foil == answer
     out = []
-    for start in range(0, n, batch_size):
-        s = slice(start, start + batch_size)
+    for start in range(0, n, size):
+        s = slice(start, start + size)
         out.append(Batch(*(torch.from_numpy(a[s].copy()) for a in (clean, cf, answer, foil))))
     return out
 
@@ -131,18 +148,23 @@ def _loss_and_accuracy(
     return loss, float((logits.argmax(-1) == batch.answer).float().mean())
 
 
-def train_known_circuit_model(*, steps: int = 1500, batch_size: int = 128, seed: int = 0) -> KnownCircuitModel:
-    """Train the digit-pair model (about a minute for the default 1500 steps on two cores).
+def train_known_circuit_model(
+    *, steps: int | None = None, batch_size: int | None = None, seed: int | None = None
+) -> KnownCircuitModel:
+    """Train the digit-pair model (about a minute for the default steps on two cores; defaults:
+    see `KNOWN_MODEL_OPTIONS`).
 
     Returns the model with its accuracy on fresh examples, unpatched and with everything but
     the known circuit patched from other examples.
     """
-    if steps < 1 or batch_size < 2:
-        raise ParameterError("training needs steps >= 1 and batch_size >= 2")
+    values = KNOWN_MODEL_OPTIONS.resolve(steps=steps, batch_size=batch_size, seed=seed)
+    # the training's own rule (a --batch-size flag's domain is >= 1 wherever it is declared)
+    if values["batch_size"] < 2:
+        raise value_error("batch_size", batch_size, "training needs batch_size >= 2")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tensors this small gain nothing from threads; one makes the model the same everywhere
     try:
-        return _train(steps, batch_size, seed)
+        return _train(values["steps"], values["batch_size"], values["seed"])
     finally:
         torch.set_num_threads(threads)
 
@@ -166,7 +188,8 @@ def _train(steps: int, batch_size: int, seed: int) -> KnownCircuitModel:
         optimizer.step()
         schedule.step()
     model.eval()
-    test, other = digit_pair_batches(1024, batch_size=512, seed=seed + 1)
+    # the test draw's seed, wrapped into the seed's domain [0, 2^64)
+    test, other = digit_pair_batches(1024, batch_size=512, seed=(seed + 1) % 2**64)
     with torch.no_grad():
         _, accuracy = _loss_and_accuracy(decomposed, test, None, None)
         _, circuit_accuracy = _loss_and_accuracy(decomposed, test, circuit, other)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from neuroneval.circuits.results import CIRCUIT_METHODS
+from neuroneval.circuits.results import CIRCUIT_METHODS, CIRCUIT_TRACK_OPTIONS
 from neuroneval.errors import ParameterError, ShapeError
 
 from .models import DecomposedModel
@@ -177,11 +177,15 @@ def _exact_scores(model: DecomposedModel, batches: Sequence[Batch]) -> np.ndarra
     return drop / n
 
 
+_SCORE_EDGES_OPTIONS = CIRCUIT_TRACK_OPTIONS.only("steps", "seed")
+
+
 def score_edges(
-    model: DecomposedModel, batches: Sequence[Batch], method: str, *, steps: int = 5, seed: int = 0
+    model: DecomposedModel, batches: Sequence[Batch], method: str, *, steps: int | None = None, seed: int | None = None
 ) -> np.ndarray:
     """One score per edge of ``model.graph`` (float64 ``[E]``) by `method` (one of `METHODS`),
-    averaged over the examples of `batches`.
+    averaged over the examples of `batches`. `steps` (the integration steps of the EAP-IG
+    methods) and `seed` (the random method's): defaults as `CIRCUIT_TRACK_OPTIONS` declares.
 
     Raises
     ------
@@ -190,19 +194,19 @@ def score_edges(
     """
     if method not in METHODS:
         raise ParameterError(f"unknown circuit method {method!r}; choose one of {', '.join(METHODS)}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ParameterError(f"steps must be an integer >= 1; got {steps!r}")
+    values = _SCORE_EDGES_OPTIONS.resolve(steps=steps, seed=seed)
+    n_steps: int = values["steps"]
     if not batches:
         raise ShapeError("scoring edges needs at least one batch of examples")
     if method == "random":
-        return np.random.default_rng(seed).standard_normal(model.graph.n_edges)
+        return np.random.default_rng(values["seed"]).standard_normal(model.graph.n_edges)
     if method == "exact":
         return _exact_scores(model, batches)
     if method == "eap":
         return _gradient_scores(model, batches, lambda batch, clean, cor: [{}])
     if method == "eap-ig-inputs":
-        return _gradient_scores(model, batches, _ig_input_passes(steps))
-    return _gradient_scores(model, batches, _ig_activation_passes(model, steps))
+        return _gradient_scores(model, batches, _ig_input_passes(n_steps))
+    return _gradient_scores(model, batches, _ig_activation_passes(model, n_steps))
 
 
 def mean_ablation_cache(model: DecomposedModel, batches: Sequence[Batch]) -> Cache:

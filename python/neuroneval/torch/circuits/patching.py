@@ -40,10 +40,14 @@ from dataclasses import dataclass, field
 import torch
 
 from neuroneval.errors import ShapeError
+from neuroneval.options import Option, Options
 
 from .models import DecomposedModel
 
-__all__ = ["Cache", "RunResult", "mean_cache", "run"]
+__all__ = ["RUN_OPTIONS", "Cache", "RunResult", "mean_cache", "run"]
+
+#: The option of `run`: whether it returns the run's `Cache`.
+RUN_OPTIONS = Options(Option("keep", "flag", False, "return the run's cache"))
 
 Tensor = torch.Tensor
 
@@ -142,7 +146,7 @@ def run(
     circuit: Tensor | None = None,
     corrupt: Cache | None = None,
     replace: dict[int, Tensor | Callable[[Tensor], Tensor]] | None = None,
-    keep: bool = False,
+    keep: bool | None = None,
     split_inputs: bool = False,
 ) -> RunResult:
     """One forward pass of `model` on `tokens` (``[B, T]``), its metric logit(answer) - logit(foil)
@@ -158,13 +162,14 @@ def run(
     replace : dict, optional
         Sender outputs to override, keyed by node index (0: the input; a layer's first head: all
         its heads, ``[H, B, T, d]``; an MLP node): a tensor, or a function of the computed output.
-    keep : bool
-        Return the run's `Cache`.
+    keep : bool, optional
+        Return the run's `Cache` (default: see `RUN_OPTIONS`).
     split_inputs : bool
         Keep, in `RunResult.inputs`, the tensors whose gradients give every receiver's input
         gradient (`RunResult.input_gradients`): per layer the heads' query, key and value
         projections and the MLP's input, last the logits' input. Unpatched runs only.
     """
+    keep_: bool = RUN_OPTIONS.resolve(keep=keep)["keep"]
     layout = model.layout
     if circuit is not None:
         if split_inputs:
@@ -263,7 +268,7 @@ def run(
         logits_in = _differentiable(logits_in.view(logits_in.shape))
         inputs.append(logits_in)
     metric = model.logit_difference(logits_in[:, -1], answer, foil)
-    cache = Cache(torch.stack(outs), residuals, metric) if keep else None
+    cache = Cache(torch.stack(outs), residuals, metric) if keep_ else None
     return RunResult(metric, cache, inputs, logits_in, shared_inputs)
 
 

@@ -84,12 +84,14 @@ def task_batches(task: TokenizedTask, batch_size: int) -> list[Batch]:
     return out
 
 
-def correct_examples(model: DecomposedModel, task: TokenizedTask, *, batch_size: int = 32) -> np.ndarray:
+def correct_examples(model: DecomposedModel, task: TokenizedTask, *, batch_size: int | None = None) -> np.ndarray:
     """Indices of the examples whose clean prompt the model completes with the answer first
-    (its top next-token logit), and whose counterfactual prompt with the counterfactual answer."""
+    (its top next-token logit), and whose counterfactual prompt with the counterfactual answer
+    (`batch_size`: examples per pass, default as `CIRCUIT_TRACK_OPTIONS` declares)."""
+    size: int = CIRCUIT_TRACK_OPTIONS.only("batch_size").resolve(batch_size=batch_size)["batch_size"]
     keep: list[int] = []
     with torch.no_grad():
-        for index in task.batches(batch_size):
+        for index in task.batches(size):
             for ids, answers in ((task.clean, task.answer), (task.counterfactual, task.counterfactual_answer)):
                 if index.size == 0:
                     break
@@ -112,10 +114,10 @@ def evaluate_methods(
     *,
     model_name: str,
     task_name: str,
-    steps: int = 5,
+    steps: int | None = None,
     activation_steps: int | None = None,
-    seed: int = 0,
-    ablation: str = "patching",
+    seed: int | None = None,
+    ablation: str | None = None,
     truth: np.ndarray | None = None,
     fractions: Sequence[float] = FRACTIONS,
     progress: Progress | None = None,
@@ -123,12 +125,15 @@ def evaluate_methods(
     """Score edges with each of `methods` on `score_batches` and evaluate their circuits on
     `eval_batches`; `truth` (a ground-truth edge mask) adds each method's AUROC. EAP-IG on
     activations integrates with `activation_steps` (default `steps`): it costs ``(1 + 2L)`` passes
-    per step where EAP-IG on inputs costs one."""
+    per step where EAP-IG on inputs costs one. `steps`, `seed` and `ablation`: defaults as
+    `CIRCUIT_TRACK_OPTIONS` declares."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         raise ParameterError(f"unknown circuit method(s) {unknown}; choose from {', '.join(METHODS)}")
-    if ablation not in ("patching", "mean"):
-        raise ParameterError(f"ablation is 'patching' or 'mean'; got {ablation!r}")
+    values = CIRCUIT_TRACK_OPTIONS.only("steps", "seed", "ablation").resolve(steps=steps, seed=seed, ablation=ablation)
+    steps_: int = values["steps"]
+    seed_: int = values["seed"]
+    ablation_: str = values["ablation"]
     if not score_batches or not eval_batches:
         raise EmptyInputError("the circuit track needs examples to score edges and to evaluate circuits")
     graph = model.graph
@@ -141,8 +146,8 @@ def evaluate_methods(
         for p in model.model.parameters():  # gradients reach the receivers' inputs only
             p.requires_grad_(False)
         try:
-            n_steps = activation_steps if method == "eap-ig-activations" and activation_steps is not None else steps
-            scores = score_edges(model, score_batches, method, steps=n_steps, seed=seed)
+            n_steps = activation_steps if method == "eap-ig-activations" and activation_steps is not None else steps_
+            scores = score_edges(model, score_batches, method, steps=n_steps, seed=seed_)
         finally:
             for p, r in zip(model.model.parameters(), requires, strict=True):
                 p.requires_grad_(r)
@@ -152,7 +157,7 @@ def evaluate_methods(
     circuits = [
         select_edges(graph, scores, f, absolute=a) for _, scores, _ in scored for a in (False, True) for f in fractions
     ]
-    means = mean_ablation_cache(model, eval_batches) if ablation == "mean" else None
+    means = mean_ablation_cache(model, eval_batches) if ablation_ == "mean" else None
     total, done = sum(len(b) for b in eval_batches), 0
 
     def tick(n: int) -> None:
@@ -175,14 +180,14 @@ def evaluate_methods(
     return CircuitRun(
         model=model_name,
         task=task_name,
-        ablation=ablation,
+        ablation=ablation_,
         n_layers=model.n_layers,
         n_heads=model.n_heads,
         n_score=sum(len(b) for b in score_batches),
         n_eval=sum(len(b) for b in eval_batches),
-        steps=steps,
+        steps=steps_,
         activation_steps=activation_steps,
-        seed=seed,
+        seed=seed_,
         fractions=tuple(float(f) for f in fractions),
         full=full,
         empty=empty,
@@ -197,13 +202,14 @@ def language_task_batches(
     *,
     n_score: int,
     n_eval: int,
-    seed: int = 0,
-    batch_size: int = 32,
+    seed: int | None = None,
+    batch_size: int | None = None,
     progress: Progress | None = None,
 ) -> tuple[list[Batch], list[Batch]]:
     """A language task's scoring and evaluation batches: examples drawn (seeded) until
     `n_score + n_eval` are ones `model` gets right (`correct_examples`), then split at random,
-    the scoring ones of one prompt length where enough share it.
+    the scoring ones of one prompt length where enough share it. `seed` and `batch_size`:
+    defaults as `CIRCUIT_TRACK_OPTIONS` declares.
 
     Raises
     ------
@@ -212,9 +218,12 @@ def language_task_batches(
     """
     if task not in TASKS:
         raise ParameterError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+    given = CIRCUIT_TRACK_OPTIONS.only("seed", "batch_size").resolve(seed=seed, batch_size=batch_size)
+    seed_: int = given["seed"]
+    size: int = given["batch_size"]
     needed = n_score + n_eval
     options = {"answer_space": False} if task == "arithmetic" else {}  # SmolLM2 writes digits without the space
-    examples = TASKS[task](4 * needed + 64, seed=seed, **options)
+    examples = TASKS[task](4 * needed + 64, seed=seed_, **options)
 
     def tokenize(text: str) -> list[int]:
         return list(tokenizer(text, add_special_tokens=False).input_ids)
@@ -225,7 +234,7 @@ def language_task_batches(
     start, count = 0, 0
     while count < needed and start < len(tokenized):
         chunk = np.arange(start, min(len(tokenized), start + (5 * (needed - count)) // 4 + 8))
-        right_here = chunk[correct_examples(model, tokenized.subset(chunk), batch_size=batch_size)]
+        right_here = chunk[correct_examples(model, tokenized.subset(chunk), batch_size=size)]
         found.append(right_here)
         count += right_here.size
         start = int(chunk[-1]) + 1
@@ -238,7 +247,7 @@ def language_task_batches(
         )
     # the scoring examples share the commonest prompt length when enough do: one batch per
     # `batch_size` of them, which the many passes of the integrated-gradient methods repeat
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed_)
     lengths = tokenized.lengths()[right]
     values, counts = np.unique(lengths, return_counts=True)
     common = right[lengths == values[np.argmax(counts)]]
@@ -248,9 +257,7 @@ def language_task_batches(
     eval_index = np.sort(rng.choice(rest, n_eval, replace=False)) if rest.size >= n_eval else rest
     if eval_index.size < n_eval:
         raise EmptyInputError(f"the model gets too few {task} examples right for {n_eval} to evaluate")
-    return task_batches(tokenized.subset(score_index), batch_size), task_batches(
-        tokenized.subset(eval_index), batch_size
-    )
+    return task_batches(tokenized.subset(score_index), size), task_batches(tokenized.subset(eval_index), size)
 
 
 def circuit_track(
@@ -296,8 +303,9 @@ def circuit_track(
             progress("training the digit-pair model", 0, options["train_steps"])
         known = train_known_circuit_model(steps=options["train_steps"], seed=seed_)
         decomposed, truth = known.decomposed, known.circuit
-        score_batches = digit_pair_batches(options["n_score"], batch_size=batch, seed=seed_ + 101)
-        eval_batches = digit_pair_batches(options["n_eval"], batch_size=batch, seed=seed_ + 202)
+        # the draws' seeds, wrapped into the seed's domain [0, 2^64)
+        score_batches = digit_pair_batches(options["n_score"], batch_size=batch, seed=(seed_ + 101) % 2**64)
+        eval_batches = digit_pair_batches(options["n_eval"], batch_size=batch, seed=(seed_ + 202) % 2**64)
     else:
         if progress is not None:
             progress("loading SmolLM2-135M-Instruct", 0, 1)
