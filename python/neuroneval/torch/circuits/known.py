@@ -26,7 +26,7 @@ import torch
 
 from neuroneval.circuits import Graph, edge_names, transformer_graph
 from neuroneval.errors import ParameterError
-from neuroneval.options import SCORE_OPTIONS, Option, Options, value_error
+from neuroneval.options import SCORE_OPTIONS, Option, Options
 
 from .methods import Batch
 from .models import DecomposedModel, decompose
@@ -80,7 +80,7 @@ DIGIT_PAIR_OPTIONS = Options(Option("batch_size", "integer", 64, "examples per b
 #: other examples that the circuit's patched run reads), the seed of the weights and draws.
 KNOWN_MODEL_OPTIONS = Options(
     Option("steps", "integer", 1500, "training steps", low=1),
-    Option("batch_size", "integer", 128, "examples per training step (at least 2)", low=1),
+    Option("batch_size", "integer", 128, "examples per training step", low=2),
     SCORE_OPTIONS["seed"],
 )
 
@@ -158,9 +158,6 @@ def train_known_circuit_model(
     the known circuit patched from other examples.
     """
     values = KNOWN_MODEL_OPTIONS.resolve(steps=steps, batch_size=batch_size, seed=seed)
-    # the training's own rule (a --batch-size flag's domain is >= 1 wherever it is declared)
-    if values["batch_size"] < 2:
-        raise value_error("batch_size", batch_size, "training needs batch_size >= 2")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tensors this small gain nothing from threads; one makes the model the same everywhere
     try:
