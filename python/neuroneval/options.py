@@ -40,7 +40,7 @@ import numpy as np
 from ._core import ScoreParams, score_param_rules
 from .errors import ParameterError
 
-__all__ = ["SCORE_OPTIONS", "Option", "Options", "value_error"]
+__all__ = ["LEVEL", "SCORE_OPTIONS", "Option", "Options", "value_error"]
 
 Kind = Literal["real", "integer", "choice", "flag", "text"]
 
@@ -333,6 +333,10 @@ def _core_option(
         check_with=lambda value: getattr(ScoreParams(**{name: value}), name),
     )
 
+
+#: The confidence level of an interval: one declaration for every interval of the library (crowd's
+#: estimates, the sanity checks' bootstrap, compare's intervals, which call it `confidence`).
+LEVEL = Option("level", "real", 0.95, "confidence level", low=0.0, low_open=True, high=1.0, high_open=True)
 
 #: The five scoring parameters, declared in the core (`Params::RULES`) and checked by it.
 SCORE_OPTIONS = Options(*(_core_option(*rule) for rule in score_param_rules()))

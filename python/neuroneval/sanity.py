@@ -44,7 +44,7 @@ from ._score import compute
 from .errors import ConceptRangeError, EmptyInputError, NonFiniteError, ParameterError, ShapeError, UnknownMetricError
 from .files import write_atomic, write_files_atomic
 from .meta import _check_units, _run_parameters, _sampling, _truth_indices, split_units, tune
-from .options import SCORE_OPTIONS, Option, Options, value_error
+from .options import LEVEL, SCORE_OPTIONS, Option, Options, value_error
 from .params import ScoreParams, metric_list
 
 __all__ = [
@@ -106,7 +106,7 @@ PERTURBATION_OPTIONS = Options(
 )
 #: The percentile bootstrap interval over units (`bootstrap_interval`).
 BOOTSTRAP_OPTIONS = Options(
-    Option("level", "real", 0.95, "the bootstrap interval's coverage", low=0, low_open=True, high=1, high_open=True),
+    replace(LEVEL, help="the bootstrap interval's coverage"),
     Option("resamples", "integer", 1000, "resamples of the units in the bootstrap interval", low=1),
     SCORE_OPTIONS["seed"],
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from .._coerce import check_integer, check_seed
 from ..errors import ParameterError, ShapeError
-from ..options import SCORE_OPTIONS, Option, Options
+from ..options import LEVEL, SCORE_OPTIONS, Option, Options
 
 __all__ = [
     "BOOTSTRAP_OPTIONS",
@@ -36,17 +36,7 @@ BLOCK = 1 << 22
 #: The bootstrap's options: resamples, the intervals' level, the seed of every draw.
 BOOTSTRAP_OPTIONS = Options(
     Option("n_boot", "integer", 1000, "bootstrap resamples per interval; 0 makes no intervals", low=0, metavar="B"),
-    Option(
-        "confidence",
-        "real",
-        0.95,
-        "the intervals' level",
-        low=0,
-        low_open=True,
-        high=1,
-        high_open=True,
-        metavar="LEVEL",
-    ),
+    replace(LEVEL, name="confidence", flag="", help="the intervals' level", metavar="LEVEL"),
     SCORE_OPTIONS["seed"],
 )
 

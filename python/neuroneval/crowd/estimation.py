@@ -12,6 +12,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import polars as pl
 
+from .. import options as shared
 from .._coerce import as_table, check_columns
 from ..errors import ConceptRangeError, LabelError, ParameterError, ShapeError
 from ..options import Option, Options
@@ -182,8 +183,8 @@ _WAYS = (
 ESTIMATORS = tuple(dict.fromkeys(way.estimator for way in _WAYS))
 INTERVALS = tuple(dict.fromkeys(way.interval for way in _WAYS))
 
-#: The confidence level of an interval.
-LEVEL = Option("level", "real", 0.95, "confidence level", low=0.0, low_open=True, high=1.0, high_open=True)
+#: The confidence level of an interval (the library's one declaration).
+LEVEL = shared.LEVEL
 
 #: `estimate`'s options.
 ESTIMATE_OPTIONS = Options(
