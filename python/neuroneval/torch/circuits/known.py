@@ -171,7 +171,12 @@ def _train(steps: int, batch_size: int, seed: int) -> KnownCircuitModel:
     decomposed = decompose(model)
     mask = known_circuit_mask(decomposed.graph)
     circuit = torch.from_numpy(mask)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    # The key and value projections stay at their seeded random values: trained with them, the
+    # model does not reach its accuracy in the default steps (0.57 after 800 steps, against
+    # above 0.9 without); the circuit's key and value edges still carry the digits.
+    for name, p in model.named_parameters():
+        p.requires_grad_(not name.endswith(("k_proj.weight", "v_proj.weight")))
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-3, total_steps=steps, pct_start=0.1)
     rng = np.random.default_rng(seed)
     model.train()
@@ -185,6 +190,8 @@ def _train(steps: int, batch_size: int, seed: int) -> KnownCircuitModel:
         optimizer.step()
         schedule.step()
     model.eval()
+    for p in model.parameters():
+        p.requires_grad_(True)
     # the test draw's seed, wrapped into the seed's domain [0, 2^64)
     test, other = digit_pair_batches(1024, batch_size=512, seed=(seed + 1) % 2**64)
     with torch.no_grad():

@@ -112,17 +112,37 @@ def _per_head(weight: Tensor, n: int) -> Tensor:
 @dataclass(frozen=True)
 class _Attention:
     """One layer's attention weights, per query head: ``[H, hd, d]`` projections (a key/value
-    group's weights repeated for each of its query heads) and ``[H, d, hd]`` output slices."""
+    group's weights repeated for each of its query heads) and ``[H, d, hd]`` output slices.
+
+    Every weight is a view of the module's parameter, or (grouped keys and values) repeated from
+    it at each read, so that it follows the parameter when the model trains."""
 
     norm: Any
     wq: Tensor
-    wk: Tensor
-    wv: Tensor
     bq: Tensor | None
-    bk: Tensor | None
-    bv: Tensor | None
+    kv: tuple[Tensor, Tensor | None, Tensor, Tensor | None]  # key and value weights and biases, per group
+    group: int
     wo: Tensor
     bo: Tensor | None  # a constant of the residual stream, shared equally by the heads
+
+    def _repeat(self, t: Tensor | None) -> Tensor | None:
+        return t if t is None or self.group == 1 else t.repeat_interleave(self.group, dim=0)
+
+    @property
+    def wk(self) -> Tensor:
+        return cast(Tensor, self._repeat(self.kv[0]))
+
+    @property
+    def bk(self) -> Tensor | None:
+        return self._repeat(self.kv[1])
+
+    @property
+    def wv(self) -> Tensor:
+        return cast(Tensor, self._repeat(self.kv[2]))
+
+    @property
+    def bv(self) -> Tensor | None:
+        return self._repeat(self.kv[3])
 
 
 class DecomposedModel:
@@ -166,21 +186,23 @@ class DecomposedModel:
             wq, wk, wv = (_per_head(w[i * d : (i + 1) * d], h) for i in range(3))
             bq, bk, bv = (b[i * d : (i + 1) * d].reshape(h, -1) for i in range(3))
             wo = attn.c_proj.weight.T.reshape(d, h, -1).permute(1, 0, 2)
-            return _Attention(block.ln_1, wq, wk, wv, bq, bk, bv, wo, attn.c_proj.bias)
+            return _Attention(block.ln_1, wq, bq, (wk, bk, wv, bv), 1, wo, attn.c_proj.bias)
         attn = block.self_attn
         kv = self.model.config.num_key_value_heads
-        group = h // kv
 
-        def repeat(weight: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor | None]:
-            w = _per_head(weight, kv).repeat_interleave(group, dim=0)
-            return w, None if bias is None else bias.reshape(kv, -1).repeat_interleave(group, dim=0)
+        def grouped(bias: Tensor | None) -> Tensor | None:
+            return None if bias is None else bias.reshape(kv, -1)
 
         wq = _per_head(attn.q_proj.weight, h)
         bq = None if attn.q_proj.bias is None else attn.q_proj.bias.reshape(h, -1)
-        wk, bk = repeat(attn.k_proj.weight, attn.k_proj.bias)
-        wv, bv = repeat(attn.v_proj.weight, attn.v_proj.bias)
+        keys_values = (
+            _per_head(attn.k_proj.weight, kv),
+            grouped(attn.k_proj.bias),
+            _per_head(attn.v_proj.weight, kv),
+            grouped(attn.v_proj.bias),
+        )
         wo = attn.o_proj.weight.reshape(self.d_model, h, -1).permute(1, 0, 2)
-        return _Attention(block.input_layernorm, wq, wk, wv, bq, bk, bv, wo, attn.o_proj.bias)
+        return _Attention(block.input_layernorm, wq, bq, keys_values, h // kv, wo, attn.o_proj.bias)
 
     def embed(self, tokens: Tensor) -> Tensor:
         """The input node's output, ``[B, T, d]``: token (and, for GPT-2, position) embeddings."""
@@ -229,6 +251,37 @@ class DecomposedModel:
         pattern = torch.softmax(scores.float(), dim=-1).to(q.dtype)
         out = torch.einsum("hbte,hde->hbtd", torch.matmul(pattern, v), a.wo)
         return out if a.bo is None else out + a.bo / self.n_heads
+
+    def block(self, layer: int, x: Tensor, start: int = 0) -> Tensor:
+        """The residual stream after `layer`'s attention and MLP, ``[B, T - start, d]``, at the
+        positions from `start` on, from the layer's input `x` at every position ``[B, T, d]``
+        (the earlier positions are read as keys and values only): the plain forward pass of one
+        block, which an intervention at position `start` needs from the next layer on."""
+        a = self._attention[layer]
+        normed = a.norm(x)
+        n_pos = x.shape[1]
+
+        def project(inp: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+            y = torch.einsum("btd,hed->hbte", inp, w)
+            return y if b is None else y + b[:, None, None, :]
+
+        q = project(normed[:, start:], a.wq, a.bq)
+        k, v = project(normed, a.wk, a.bk), project(normed, a.wv, a.bv)
+        if self.kind != "gpt2":
+            cos, sin = self.model.model.rotary_emb(k, torch.arange(n_pos, device=x.device)[None])
+
+            def rotate(t: Tensor, c: Tensor, s: Tensor) -> Tensor:
+                half = t.shape[-1] // 2
+                return t * c + torch.cat((-t[..., half:], t[..., :half]), dim=-1) * s
+
+            q, k = rotate(q, cos[:, start:], sin[:, start:]), rotate(k, cos, sin)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        later = torch.arange(n_pos, device=x.device)[None, :] > torch.arange(start, n_pos, device=x.device)[:, None]
+        scores = scores.masked_fill(later, torch.finfo(scores.dtype).min)
+        pattern = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        attended = torch.einsum("hbte,hde->btd", torch.matmul(pattern, v), a.wo)
+        y = x[:, start:] + (attended if a.bo is None else attended + a.bo)
+        return y + self.mlp(layer, y)
 
     def input_gradients(self, layer: int, x: Tensor, grads: Sequence[Tensor]) -> list[Tensor]:
         """Each head's query, key and value input gradients ``[H, B, T, d]`` from the gradients of

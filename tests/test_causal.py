@@ -1,0 +1,307 @@
+"""The causal-variable track (SPEC section 7): causal models and their counterfactual datasets,
+featurizers, batched interchange interventions against a hook on the Hugging Face module, IIA's
+aggregation against slow loops, the planted model (DAS finds the planted subspace, a random
+rotation does not) and a small SmolLM2 run."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from neuroneval.causal import CausalModel, counterfactual_dataset, ioi_task, mcqa_task, planted_task
+from neuroneval.causal.iia import bootstrap_iia, layer_iia, summarize, unit_iia
+from neuroneval.errors import EmptyInputError, ParameterError, ShapeError
+
+# --------------------------------------------------------------------------- causal models (no torch)
+
+
+def test_ioi_expected_outputs_follow_the_causal_model_by_hand():
+    task = ioi_task()
+    for data in task.datasets(40, seed=3):
+        for base, source, expected in zip(data.bases, data.sources, data.expected, strict=True):
+            io_base = base["n2"] if base["s2"] == base["n1"] else base["n1"]
+            io_source = source["n2"] if source["s2"] == source["n1"] else source["n1"]
+            if data.variable == "output_token":  # the source's indirect object
+                assert expected == io_source != io_base
+            else:  # the base's name at the source's position: the base's subject
+                assert expected == base["s2"] != io_base
+            text, marks = task.prompt(base)
+            assert text[: marks["io"]].endswith(io_base) and text[: marks["s2"]].endswith(base["s2"])
+
+
+def test_planted_and_mcqa_expected_outputs_by_hand():
+    for data in planted_task().datasets(30, seed=1):
+        for b, s, e in zip(data.bases, data.sources, data.expected, strict=True):
+            assert e == s["a"] + s["b"] + b["c"] and s["a"] + s["b"] != b["a"] + b["b"]
+    for data in mcqa_task().datasets(30, seed=1):
+        for b, s, e in zip(data.bases, data.sources, data.expected, strict=True):
+            pointer = s["choices"].index(s["color"])
+            want = b["letters"][pointer] if data.variable == "answer_pointer" else s["letters"][pointer]
+            assert e == want
+
+
+def test_datasets_are_seeded():
+    a, b = ioi_task().datasets(5, seed=9), ioi_task().datasets(5, seed=9)
+    assert [d.sources for d in a] == [d.sources for d in b]
+    assert [d.sources for d in a] != [d.sources for d in ioi_task().datasets(5, seed=10)]
+
+
+def test_a_pair_that_does_not_differ_in_the_variable_is_refused():
+    model = planted_task().model
+    with pytest.raises(ParameterError, match="pair 1 does not differ in the variable 's'"):
+        counterfactual_dataset(
+            model, "s", [{"a": 1, "b": 1, "c": 0}] * 2, [{"a": 0, "b": 0, "c": 0}, {"a": 2, "b": 0, "c": 4}], name="x"
+        )
+    with pytest.raises(ParameterError, match="no variable 'q'"):
+        counterfactual_dataset(model, "q", [{"a": 1, "b": 1, "c": 0}], [{"a": 0, "b": 0, "c": 0}], name="x")
+    with pytest.raises(ParameterError, match="reads 'z', which is not declared"):
+        CausalModel("bad", ("a",), (("out", ("z",), lambda z: z),))
+
+
+# --------------------------------------------------------------------------- IIA aggregation
+
+
+def _slow_iia(hits, keep):
+    names = list(hits)
+    n_layers, n_pos = hits[names[0]].shape[:2]
+    unit = np.zeros((n_layers, n_pos))
+    for layer, pos in itertools.product(range(n_layers), range(n_pos)):
+        per = []
+        for name in names:
+            kept = [hits[name][layer, pos, i] for i in range(len(keep[name])) if keep[name][i]]
+            per.append(sum(kept) / len(kept))
+        unit[layer, pos] = sum(per) / len(per)
+    best = [max(unit[layer]) for layer in range(n_layers)]
+    return unit, sum(best) / len(best), max(best)
+
+
+def test_iia_aggregation_against_a_slow_loop():
+    rng = np.random.default_rng(0)
+    hits = {"d1": rng.random((5, 3, 17)) < 0.4, "d2": rng.random((5, 3, 9)) < 0.7}
+    keep = {"d1": rng.random(17) < 0.6, "d2": np.r_[np.zeros(4, bool), np.ones(5, bool)]}
+    unit, average, highest = _slow_iia(hits, keep)
+    np.testing.assert_allclose(unit_iia(hits, keep), unit)
+    assert summarize(unit_iia(hits, keep)) == pytest.approx((average, highest))
+    np.testing.assert_allclose(layer_iia(unit), unit.max(axis=1))
+    (a_lo, a_hi), (h_lo, h_hi) = bootstrap_iia(hits, keep, n_boot=300, seed=1)
+    # the same replicates by a slow loop: each dataset's kept examples resampled in turn
+    rng = np.random.default_rng(1)
+    averages, highests = [], []
+    for _ in range(300):
+        resampled, kept_all = {}, {}
+        for name in hits:
+            kept = hits[name][:, :, keep[name]]
+            resampled[name] = kept[:, :, rng.integers(0, kept.shape[2], kept.shape[2])]
+            kept_all[name] = np.ones(kept.shape[2], bool)
+        _, a, h = _slow_iia(resampled, kept_all)
+        averages.append(a)
+        highests.append(h)
+    assert (a_lo, a_hi) == pytest.approx(tuple(np.percentile(averages, [2.5, 97.5])))
+    assert (h_lo, h_hi) == pytest.approx(tuple(np.percentile(highests, [2.5, 97.5])))
+    assert a_lo <= average <= a_hi
+
+
+def test_iia_refuses_a_dataset_without_a_kept_example():
+    with pytest.raises(EmptyInputError, match="gets none of its examples right"):
+        unit_iia({"d": np.ones((1, 1, 3), bool)}, {"d": np.zeros(3, bool)})
+    with pytest.raises(ShapeError):
+        unit_iia({"d": np.ones((1, 3), bool)}, {"d": np.ones(3, bool)})
+
+
+# --------------------------------------------------------------------------- the model side
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from neuroneval.interop.sae import SparseAutoencoder  # noqa: E402
+from neuroneval.torch.causal import (  # noqa: E402
+    DAS,
+    PCA,
+    FullVector,
+    Neurons,
+    SAEFeatures,
+    evaluate_featurizers,
+    forward,
+    intervened_logits,
+    planted_tokenize,
+    train_planted_model,
+)
+from neuroneval.torch.circuits import decompose  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)  # fmt: skip
+    hf = LlamaForCausalLM(config).eval()
+    return hf, decompose(hf)
+
+
+def _hooked_logits(hf, base, source, layer, base_pos, source_pos):
+    """The reference: Hugging Face's own forward with a hook that writes the source's vector."""
+    captured = []
+
+    def capture(module, args, out):
+        captured.append((out[0] if isinstance(out, tuple) else out).clone())
+
+    with torch.no_grad():
+        handle = hf.model.layers[layer].register_forward_hook(capture)
+        try:
+            hf(source)
+        finally:
+            handle.remove()
+        src = captured[0]
+
+        def hook(module, args, out):
+            h = (out[0] if isinstance(out, tuple) else out).clone()
+            for i in range(h.shape[0]):
+                h[i, base_pos[i]] = src[i, source_pos[i]]
+            return (h, *out[1:]) if isinstance(out, tuple) else h
+
+        handle = hf.model.layers[layer].register_forward_hook(hook)
+        try:
+            return hf(base).logits[:, -1]
+        finally:
+            handle.remove()
+
+
+@pytest.mark.parametrize("layer", [0, 1, 2])
+def test_full_vector_interchange_equals_a_hook_on_the_module(tiny, layer):
+    hf, model = tiny
+    g = torch.Generator().manual_seed(layer)
+    base, source = torch.randint(0, 50, (5, 9), generator=g), torch.randint(0, 50, (5, 9), generator=g)
+    base_pos, source_pos = torch.tensor([2, 8, 5, 3, 0]), torch.tensor([4, 1, 8, 3, 6])
+    mine = intervened_logits(
+        model, forward(model, base), forward(model, source), layer, base_pos, source_pos, FullVector(32)
+    )
+    ref = _hooked_logits(hf, base, source, layer, base_pos.tolist(), source_pos.tolist())
+    torch.testing.assert_close(mine, ref, atol=2e-5, rtol=1e-5)
+    plain = hf(base).logits[:, -1]
+    assert (plain - ref).abs().max() > 1e-3  # the intervention did something
+
+
+def test_featurizer_identities():
+    g = torch.Generator().manual_seed(0)
+    base, source = torch.randn(6, 8, generator=g), torch.randn(6, 8, generator=g)
+    assert torch.equal(Neurons(8, range(8)).interchange(base, source), FullVector(8).interchange(base, source))
+    assert torch.equal(Neurons(8, []).interchange(base, source), base)
+    pca = PCA(torch.randn(40, 8, generator=g, dtype=torch.float64)).select([0, 1])
+    h = torch.randn(5, 8, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(pca.decode(pca.encode(h)), h)
+    torch.testing.assert_close(pca.select([]).interchange(h, h.flip(0)), h)
+    torch.testing.assert_close(pca.select(range(8)).interchange(h, h.flip(0)), h.flip(0))
+    das = DAS(8, 3, seed=0)
+    torch.testing.assert_close(das.basis @ das.basis.T, torch.eye(3), atol=1e-5, rtol=0)
+
+
+def test_sae_featurizer_reconstructs_as_its_weights_say():
+    rng = np.random.default_rng(0)
+    w_enc, w_dec = rng.normal(size=(8, 12)).astype(np.float32), rng.normal(size=(12, 8)).astype(np.float32)
+    b_enc, b_dec = rng.normal(size=12).astype(np.float32), rng.normal(size=8).astype(np.float32)
+    sae = SparseAutoencoder("topk", 8, 12, w_enc, b_enc, w_dec, b_dec, k=3)
+    feats = SAEFeatures(sae)
+    x = rng.normal(size=(7, 8)).astype(np.float32)
+    recon = sae.encode(x) @ w_dec + b_dec  # the SAE's own encoder, then its decoder
+    h = torch.from_numpy(x)
+    torch.testing.assert_close(
+        feats.decode(feats.encode(h)), torch.from_numpy(recon.astype(np.float32)), atol=1e-4, rtol=1e-4
+    )
+    other = torch.from_numpy(rng.normal(size=(7, 8)).astype(np.float32))
+    torch.testing.assert_close(feats.select([]).interchange(h, other), h)  # nothing swapped: the base, error kept
+
+
+def test_bad_units_and_widths_are_named(tiny):
+    _, model = tiny
+    tokens = torch.randint(0, 50, (2, 6))
+    run = forward(model, tokens)
+    pos = torch.tensor([1, 2])
+    with pytest.raises(ParameterError, match="layer 3 is out of range: the model has layers 0..2"):
+        intervened_logits(model, run, run, 3, pos, pos, FullVector(32))
+    with pytest.raises(ParameterError, match="token position 6 is out of range"):
+        intervened_logits(model, run, run, 0, torch.tensor([1, 6]), pos, FullVector(32))
+    with pytest.raises(ShapeError, match="reads hidden vectors of 16 values; the model's have 32"):
+        intervened_logits(model, run, run, 0, pos, pos, FullVector(16))
+
+
+# --------------------------------------------------------------------------- the planted model
+
+
+@pytest.fixture(scope="module")
+def planted():
+    return train_planted_model(seed=0)
+
+
+@pytest.fixture(scope="module")
+def planted_run(planted):
+    return evaluate_featurizers(
+        planted.decomposed, planted_task(), planted_tokenize, model_name="planted",
+        featurizers=["full", "neurons", "das", "random"], n_boot=200,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_planted_model_learns_its_task_and_subspace(planted):
+    assert planted.accuracy > 0.99 and planted.planted_iia > 0.99
+
+
+@pytest.mark.slow
+def test_das_recovers_the_planted_variable_and_a_random_rotation_does_not(planted_run):
+    layer, last = planted_run.layers.index(0), planted_run.positions.index("last")
+    das, rand = planted_run.result("das", "s"), planted_run.result("random", "s")
+    neurons = planted_run.result("neurons", "s")
+    assert das.unit_iia[layer, last] >= 0.95
+    assert rand.unit_iia[layer, last] <= 0.6
+    assert neurons.unit_iia[layer, last] < das.unit_iia[layer, last]
+    # the variable does not live at the digits' own positions before the last token
+    assert das.unit_iia[:, : planted_run.positions.index("c")].max() <= 0.2
+
+
+@pytest.mark.slow
+def test_too_few_right_and_wrong_sae_are_named(planted):
+    from neuroneval.causal.tasks import CausalTask
+
+    task = planted_task()
+    wrong = CausalTask(
+        task.name,
+        task.model,
+        task.sample,
+        task.counterfactuals,
+        task.show,
+        lambda out: str(min(out + 1, 12)),
+        task.positions,
+    )
+    with pytest.raises(EmptyInputError, match="the model gets 0 of .* pairs right"):
+        evaluate_featurizers(
+            planted.decomposed, wrong, planted_tokenize, model_name="planted", featurizers=["full"], n_train=4, n_test=4
+        )
+    eye = np.eye(8, 16, dtype=np.float32)
+    other = SparseAutoencoder("topk", 8, 16, eye, np.zeros(16, np.float32), eye.T.copy(), np.zeros(8, np.float32), k=2)
+    with pytest.raises(ParameterError, match="an SAE of another model"):
+        evaluate_featurizers(planted.decomposed, task, planted_tokenize, model_name="planted", featurizers=["sae"],
+                             sae={0: other, 1: other}, n_train=4, n_test=4)  # fmt: skip
+    with pytest.raises(ParameterError, match="layer 5 is out of range"):
+        evaluate_featurizers(
+            planted.decomposed, task, planted_tokenize, model_name="planted", featurizers=["full"], layers=[5]
+        )
+
+
+# --------------------------------------------------------------------------- SmolLM2, small
+
+
+@pytest.mark.slow
+def test_smollm2_ioi_small_run_with_full_vector_and_neurons():
+    from neuroneval.torch.circuits import load_smollm2
+
+    tokenizer, hf = load_smollm2()
+    run = evaluate_featurizers(
+        decompose(hf), ioi_task(), lambda s: tokenizer(s, add_special_tokens=False).input_ids, model_name="smollm2",
+        featurizers=["full", "neurons"], layers=[2, 29], n_train=4, n_test=6, size=16, n_boot=100, batch_size=16,
+    )  # fmt: skip
+    full = run.result("full", "output_token")
+    # at the last layer's last position the full vector carries the source's answer whole
+    assert full.unit_iia[1, run.positions.index("last")] == 1.0
+    assert all(0.0 <= r.average <= 1.0 for r in run.results)
