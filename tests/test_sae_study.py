@@ -37,7 +37,9 @@ def test_trained_sae_encodes_as_saelens_reads_it(tmp_path: Path) -> None:
     for row in codes:
         row[rng.choice(64, 4, replace=False)] = rng.exponential(1.0, 4)
     x = (codes @ atoms + 0.01 * rng.normal(size=(3000, 16))).astype(np.float32)
-    sae = sae_study.train_topk_sae(x, d_sae=64, k=4, epochs=30, batch_size=256, seed=0)
+    from neuroneval.torch import train_topk_sae
+
+    sae = train_topk_sae(x, d_sae=64, k=4, epochs=30, batch_size=256, seed=0)
     write_saelens(sae, tmp_path / "sae")
     back = read_saelens(tmp_path / "sae")
     z = back.encode(x)

@@ -24,13 +24,23 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
 
+from ..compare.statistics import BOOTSTRAP_OPTIONS
 from ..errors import EmptyInputError, ShapeError
+from ..options import LEVEL, Options
 
-__all__ = ["bootstrap_iia", "layer_iia", "summarize", "unit_iia"]
+__all__ = ["IIA_BOOTSTRAP_OPTIONS", "bootstrap_iia", "layer_iia", "summarize", "unit_iia"]
+
+#: The options of `bootstrap_iia`: replicates, the intervals' level, the seed of the draws.
+IIA_BOOTSTRAP_OPTIONS = Options(
+    replace(BOOTSTRAP_OPTIONS["n_boot"], low=1, help="bootstrap replicates of each IIA interval"),
+    LEVEL,
+    BOOTSTRAP_OPTIONS["seed"],
+)
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -81,15 +91,17 @@ def bootstrap_iia(
     hits: Mapping[str, BoolArray],
     keep: Mapping[str, BoolArray],
     *,
-    n_boot: int = 1000,
-    level: float = 0.95,
-    seed: int = 0,
+    n_boot: int | None = None,
+    level: float | None = None,
+    seed: int | None = None,
 ) -> tuple[tuple[float, float], tuple[float, float]]:
     """Percentile intervals of (average, highest): each replicate resamples every dataset's kept
     examples with replacement (the same draw for every layer and position, so a replicate is a
-    re-run on another sample of examples)."""
+    re-run on another sample of examples). Options: `IIA_BOOTSTRAP_OPTIONS`."""
     kept = _checked(hits, keep)
-    rng = np.random.default_rng(seed)
+    opts = IIA_BOOTSTRAP_OPTIONS.resolve(n_boot=n_boot, level=level, seed=seed)
+    n_boot, level = opts["n_boot"], opts["level"]
+    rng = np.random.default_rng(opts["seed"])
     averages, highests = np.empty(n_boot), np.empty(n_boot)
     for r in range(n_boot):
         units = [h[:, :, rng.integers(0, h.shape[2], h.shape[2])].mean(axis=2) for _, h in kept]

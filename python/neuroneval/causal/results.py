@@ -20,11 +20,14 @@ import numpy as np
 
 from ..errors import SourceError
 from ..files import read_json, write_files_atomic
-from ..options import LEVEL, SCORE_OPTIONS, Option, Options
+from ..options import Option, Options
+from .iia import IIA_BOOTSTRAP_OPTIONS
 
 __all__ = [
     "CAUSAL_FEATURIZERS",
+    "CAUSAL_MODELS",
     "CAUSAL_OPTIONS",
+    "CAUSAL_SAE_OPTIONS",
     "CAUSAL_RUN_FILE",
     "CausalRun",
     "FeaturizerResult",
@@ -41,25 +44,42 @@ HITS_FILE = "hits.npz"
 CAUSAL_RUN_FORMAT = "neuroneval-causal-run"
 
 #: The options of a causal-variable run.
-CAUSAL_OPTIONS = Options(
-    Option(
-        "n_train", "integer", 128, "pairs per counterfactual dataset that fit or train featurizers", low=1, metavar="N"
-    ),
-    Option("n_test", "integer", 64, "pairs per counterfactual dataset that IIA is reported on", low=1, metavar="N"),
-    Option(
-        "size",
-        "integer",
-        4,
-        "features swapped by the neurons, pca and sae selections and the random subspace",
-        low=1,
-        metavar="K",
-    ),
-    Option("epochs", "integer", 4, "passes over the training pairs that train DAS and DBM", low=1, metavar="N"),
-    Option("batch_size", "integer", 32, "pairs per pass", low=1, metavar="N"),
-    Option("n_boot", "integer", 1000, "bootstrap replicates of each interval", low=1, metavar="N"),
-    LEVEL,
-    SCORE_OPTIONS["seed"],
+CAUSAL_OPTIONS = (
+    Options(
+        Option(
+            "n_train",
+            "integer",
+            128,
+            "pairs per counterfactual dataset that fit or train featurizers",
+            low=1,
+            metavar="N",
+        ),
+        Option("n_test", "integer", 64, "pairs per counterfactual dataset that IIA is reported on", low=1, metavar="N"),
+        Option(
+            "size",
+            "integer",
+            4,
+            "features swapped by the neurons, pca and sae selections and the random subspace",
+            low=1,
+            metavar="K",
+        ),
+        Option("epochs", "integer", 4, "passes over the training pairs that train DAS and DBM", low=1, metavar="N"),
+        Option("batch_size", "integer", 32, "pairs per pass", low=1, metavar="N"),
+    )
+    + IIA_BOOTSTRAP_OPTIONS
 )
+
+
+#: The options of the SAEs a run trains when none is given (one per layer run, TopK, on the
+#: residual stream at every position of prompts of the task drawn apart from the pairs).
+CAUSAL_SAE_OPTIONS = Options(
+    Option("sae_expansion", "integer", 4, "SAE latents per hidden value", low=1, metavar="N"),
+    Option("sae_k", "integer", 32, "latents a TopK SAE keeps per vector", low=1, metavar="K"),
+    Option("sae_prompts", "integer", 512, "task prompts whose hidden vectors train the SAEs", low=2, metavar="N"),
+    Option("sae_epochs", "integer", 5, "passes over them", low=1, metavar="N"),
+)
+#: The models a run knows and the tasks each runs (the first is the default).
+CAUSAL_MODELS = {"smollm2": ("ioi", "arithmetic"), "planted": ("planted",)}
 
 
 @dataclass(frozen=True)
@@ -74,6 +94,7 @@ class FeaturizerResult:
     average_interval: tuple[float, float]
     highest_interval: tuple[float, float]
     seconds: float
+    fit_seconds: float = 0.0
     hits: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
 
@@ -164,6 +185,7 @@ def read_causal_run(directory: str | os.PathLike[str]) -> CausalRun:
                 tuple(float(v) for v in _field(r, "average_interval", list, path)),  # type: ignore[arg-type]
                 tuple(float(v) for v in _field(r, "highest_interval", list, path)),  # type: ignore[arg-type]
                 float(_field(r, "seconds", (int, float), path)),
+                float(_field(r, "fit_seconds", (int, float), path)),
             )
         )
     return CausalRun(
@@ -196,6 +218,7 @@ def causal_table(runs: list[CausalRun]) -> list[dict[str, Any]]:
                     "highest_low": r.highest_interval[0],
                     "highest_high": r.highest_interval[1],
                     "seconds": r.seconds,
+                    "fit_seconds": r.fit_seconds,
                 }
             )
     return rows

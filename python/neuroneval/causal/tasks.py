@@ -9,6 +9,8 @@ positions the interventions target (`prompt`, `token_positions`).
 - `ioi_task`: indirect-object identification. Variables: ``output_position`` (which of the first
   two names is the indirect object) and ``output_token`` (that name). Positions: the indirect
   object's first mention (``io``), the repeated subject (``s2``) and the last token.
+- `arithmetic_task`: two-operand addition with a single-digit sum after two solved examples.
+  Variables: the operands ``a`` and ``b``. Positions: each operand's token and the last token.
 - `mcqa_task`: MIB's synthetic multiple choice (an object's colour, four lettered choices).
   Variables: ``answer_pointer`` (which choice is right) and ``answer`` (its letter). Positions:
   the correct choice's colour word and the last token.
@@ -48,6 +50,7 @@ from .model import CausalModel, CounterfactualDataset, counterfactual_dataset
 
 __all__ = [
     "CAUSAL_TASKS",
+    "arithmetic_task",
     "LAST",
     "MCQA_COLORS",
     "MCQA_OBJECTS",
@@ -255,6 +258,70 @@ def ioi_task() -> CausalTask:
     )
 
 
+# --------------------------------------------------------------------------- arithmetic
+
+
+def _arithmetic_model() -> CausalModel:
+    return CausalModel(
+        "arithmetic",
+        inputs=("a", "b", "shots"),
+        mechanisms=(("output", ("a", "b"), lambda a, b: a + b),),
+    )
+
+
+def _shot(rng: np.random.Generator) -> tuple[int, int]:
+    total = int(rng.integers(10))
+    a = int(rng.integers(total + 1))
+    return a, total - a
+
+
+def _arithmetic_sample(rng: np.random.Generator) -> Setting:
+    """Operands of a single-digit sum, each at most 8 so that the other operand can change."""
+    a, b = _shot(rng)
+    while max(a, b) == 9:
+        a, b = _shot(rng)
+    return {"a": a, "b": b, "shots": (_shot(rng), _shot(rng))}
+
+
+def _other_operand(rng: np.random.Generator, base: Setting, name: str, *, both: bool) -> Setting:
+    """The base with another value of operand `name` (and, `both`, of the other operand too),
+    every sum of the pair and of its interchange a single digit."""
+    other = "b" if name == "a" else "a"
+    while True:
+        value = int(rng.integers(10))
+        kept = int(rng.integers(10)) if both else base[other]
+        if value != base[name] and value + base[other] <= 9 and value + kept <= 9:
+            return {**base, name: value, other: kept}
+
+
+def _arithmetic_show(setting: Setting) -> tuple[str, dict[str, int]]:
+    (x1, y1), (x2, y2) = setting["shots"]
+    text, ends = render(
+        "{x1} + {y1} = {z1}\n{x2} + {y2} = {z2}\n{a} + {b} = ",
+        {"x1": x1, "y1": y1, "z1": x1 + y1, "x2": x2, "y2": y2, "z2": x2 + y2, "a": setting["a"], "b": setting["b"]},
+    )
+    return text, {"a": ends["a"][0], "b": ends["b"][0]}
+
+
+def arithmetic_task() -> CausalTask:
+    """Two-operand addition (single-digit sums) after two solved examples, the answer digit
+    without a space (SmolLM2's tokenizer splits a digit from the space before it)."""
+    return CausalTask(
+        "arithmetic",
+        _arithmetic_model(),
+        _arithmetic_sample,
+        (
+            ("other-a", "a", lambda rng, b: _other_operand(rng, b, "a", both=False)),
+            ("other-a-and-b", "a", lambda rng, b: _other_operand(rng, b, "a", both=True)),
+            ("other-b", "b", lambda rng, b: _other_operand(rng, b, "b", both=False)),
+            ("other-a-and-b", "b", lambda rng, b: _other_operand(rng, b, "b", both=True)),
+        ),
+        _arithmetic_show,
+        str,
+        ("a", "b", LAST),
+    )
+
+
 # --------------------------------------------------------------------------- MCQA
 
 #: MIB's MCQA builds an object, its colour and four coloured choices; colours that are one token
@@ -385,4 +452,9 @@ def planted_task() -> CausalTask:
 
 
 #: The tasks by name.
-CAUSAL_TASKS: dict[str, Callable[[], CausalTask]] = {"ioi": ioi_task, "mcqa": mcqa_task, "planted": planted_task}
+CAUSAL_TASKS: dict[str, Callable[[], CausalTask]] = {
+    "ioi": ioi_task,
+    "arithmetic": arithmetic_task,
+    "mcqa": mcqa_task,
+    "planted": planted_task,
+}

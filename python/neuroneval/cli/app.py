@@ -9,7 +9,7 @@ import warnings
 from neuroneval import __version__
 from neuroneval.errors import NeuronEvalError
 
-from . import circuits, compare, crowd, demo, label, meta, report, sanity, score
+from . import causal, circuits, compare, crowd, demo, label, meta, report, sanity, score
 from .common import PROG, Command, Parser, check_outputs, one_line, print_error
 
 __all__ = ["main", "parser"]
@@ -52,6 +52,6 @@ def parser() -> argparse.ArgumentParser:
     )
     top.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = top.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for command in (score, sanity, meta, crowd, label, compare, circuits, report, demo):
+    for command in (score, sanity, meta, crowd, label, compare, circuits, causal, report, demo):
         command.add(commands)
     return top

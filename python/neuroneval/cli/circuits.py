@@ -26,9 +26,8 @@ from neuroneval.circuits.results import (
 )
 from neuroneval.errors import ParameterError, SourceError
 from neuroneval.files import check_writable
-from neuroneval.progress import Progress
 
-from .common import align, count, output_dir
+from .common import Stages, align, choice, count, output_dir
 
 #: The models `run` knows and the tasks each runs (the first is the default).
 MODELS = CIRCUIT_MODELS
@@ -43,17 +42,6 @@ FORMATS = ("text", "csv", "json")
 
 
 # --------------------------------------------------------------------------- converters
-
-
-def _choice(kind: str, choices: tuple[str, ...]) -> Any:
-    def convert(text: str) -> str:
-        value = text.strip()
-        if value not in choices:
-            raise argparse.ArgumentTypeError(f"must be one of {', '.join(choices)}; got {text!r}")
-        return value
-
-    convert.__name__ = kind
-    return convert
 
 
 def method_list(text: str) -> list[str]:
@@ -107,13 +95,13 @@ def _add_run(steps: Any) -> None:
     p.add_argument(
         "--model",
         required=True,
-        type=_choice("model", tuple(MODELS)),
+        type=choice("model", tuple(MODELS)),
         metavar="MODEL",
         help="smollm2 (SmolLM2-135M) or digit-pair (a 2-layer model trained here with a known circuit)",
     )
     p.add_argument(
         "--task",
-        type=_choice("task", TASKS),
+        type=choice("task", TASKS),
         metavar="TASK",
         help="ioi or arithmetic (smollm2; default ioi), digit-pair (the digit-pair model's task and default)",
     )
@@ -143,7 +131,7 @@ def _add_table(steps: Any) -> None:
     p.add_argument(
         "runs", nargs="+", metavar="DIR", help=f"a run directory ({CIRCUIT_RUN_FILE}) or a directory of them"
     )
-    p.add_argument("--format", type=_choice("format", FORMATS), default="text", help="text (default), csv or json")
+    p.add_argument("--format", type=choice("format", FORMATS), default="text", help="text (default), csv or json")
     p.set_defaults(command=table)
 
 
@@ -174,31 +162,6 @@ def _circuit_track() -> Any:
     return circuit_track
 
 
-class _Stages:
-    """`circuit_track`'s progress(stage, done, total): a bar per stage on a terminal, a notice
-    when a stage starts otherwise."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.report = Progress(enabled)
-        self.stage: str | None = None
-        self.bar: Any = None
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        if stage != self.stage:
-            self.close()
-            self.stage = stage
-            if not self.report.tty:
-                self.report.say(stage if not total else f"{stage} ({total:,})")
-            self.bar = self.report.bar(stage, total=total or None)
-        if done > self.bar.n:
-            self.bar.update(done - self.bar.n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-
 def _methods(args: argparse.Namespace) -> tuple[str, ...]:
     return ALL_METHODS[args.model] if args.method in (None, ["all"]) else tuple(args.method)
 
@@ -214,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     check_writable(out)
     circuit_track = _circuit_track()
-    stages = _Stages(not args.quiet)
+    stages = Stages(not args.quiet)
     try:
         result: CircuitRun = circuit_track(
             model=args.model,

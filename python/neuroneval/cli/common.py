@@ -26,6 +26,7 @@ import polars as pl
 
 from neuroneval.errors import OutputError, ParameterError, ShapeError
 from neuroneval.files import check_output, check_writable, write_atomic
+from neuroneval.progress import Progress
 from neuroneval.sources import Source, open_activations, open_concepts
 
 PROG = "neuroneval"
@@ -446,3 +447,41 @@ def align(head: Sequence[str], rows: Sequence[Sequence[str]], *, left: int, inde
         ]
         lines.append(indent + "  ".join(cells).rstrip())
     return "\n".join(lines)
+
+
+def choice(kind: str, choices: tuple[str, ...]) -> Any:
+    """An argparse type: one of `choices`, named `kind` in errors."""
+
+    def convert(text: str) -> str:
+        value = text.strip()
+        if value not in choices:
+            raise argparse.ArgumentTypeError(f"must be one of {', '.join(choices)}; got {text!r}")
+        return value
+
+    convert.__name__ = kind
+    return convert
+
+
+class Stages:
+    """A long job's progress(stage, done, total): a bar per stage on a terminal, a notice
+    when a stage starts otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.report = Progress(enabled)
+        self.stage: str | None = None
+        self.bar: Any = None
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage != self.stage:
+            self.close()
+            self.stage = stage
+            if not self.report.tty:
+                self.report.say(stage if not total else f"{stage} ({total:,})")
+            self.bar = self.report.bar(stage, total=total or None)
+        if done > self.bar.n:
+            self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

@@ -18,17 +18,18 @@ def add(commands: Any) -> None:
         help="write one self-contained HTML page of a results directory",
         description=(
             "Write one HTML page that needs no network of a results directory (scores.parquet, and when "
-            "present sanity/, crowd/, comparison.json, circuit runs, top_inputs.parquet, inputs/, report.json; "
+            "present sanity/, crowd/, comparison.json, circuit runs, causal runs, top_inputs.parquet, inputs/, report.json; "
             "see neuroneval.report): per layer, histograms of the trustworthy metrics and a table of units with "
             "their best explanation, its scores and their top-activating inputs; the sanity checks, the crowd "
             "simulation, a comparison of explainers (neuroneval compare --out) and circuit runs' CPR/CMD table "
-            "and faithfulness curves (neuroneval circuits run --out)."
+            "and faithfulness curves (neuroneval circuits run --out), and causal runs' IIA table and IIA per layer "
+            "(neuroneval causal run --out)."
         ),
     )
     p.add_argument(
         "results",
         metavar="RESULTS_DIR",
-        help="the results directory (holding scores.parquet, comparison.json or circuit runs)",
+        help="the results directory (holding scores.parquet, comparison.json, circuit runs or causal runs)",
     )
     p.add_argument(
         "-o",

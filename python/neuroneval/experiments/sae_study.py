@@ -192,43 +192,6 @@ def _sentence_max(source: Any, documents: npt.NDArray[np.int64], n_docs: int) ->
     return maxima, argmax
 
 
-def train_topk_sae(x: npt.NDArray[np.float32], d_sae: int, k: int, *, epochs: int, batch_size: int, seed: int) -> Any:
-    """A TopK SAE (SAELens's "topk": top k of the ReLU'd pre-activations of x - b_dec) trained
-    by Adam on the reconstruction error, decoder rows kept at unit norm."""
-    import torch
-
-    from neuroneval.interop import SparseAutoencoder
-
-    g = torch.Generator().manual_seed(seed)
-    data = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-    d_in = data.shape[1]
-    w_dec = torch.randn(d_sae, d_in, generator=g)
-    w_dec /= w_dec.norm(dim=1, keepdim=True)
-    params = {
-        "W_dec": torch.nn.Parameter(w_dec.clone()),
-        "W_enc": torch.nn.Parameter(w_dec.T.clone()),
-        "b_enc": torch.nn.Parameter(torch.zeros(d_sae)),
-        "b_dec": torch.nn.Parameter(data.mean(dim=0).clone()),
-    }
-    opt = torch.optim.Adam(params.values(), lr=1e-3)
-    scale = float(data.var(dim=0).sum())
-    for _ in range(epochs):
-        order = torch.randperm(len(data), generator=g)
-        for i in range(0, len(data), batch_size):
-            batch = data[order[i : i + batch_size]]
-            pre = torch.relu((batch - params["b_dec"]) @ params["W_enc"] + params["b_enc"])
-            top = torch.topk(pre, k, dim=1)
-            z = torch.zeros_like(pre).scatter_(1, top.indices, top.values)
-            loss = ((z @ params["W_dec"] + params["b_dec"] - batch) ** 2).sum(dim=1).mean() / scale
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            with torch.no_grad():
-                params["W_dec"].div_(params["W_dec"].norm(dim=1, keepdim=True))
-    w = {name: p.detach().numpy().astype(np.float32) for name, p in params.items()}
-    return SparseAutoencoder("topk", d_in, d_sae, w["W_enc"], w["b_enc"], w["W_dec"], w["b_dec"], k=k)
-
-
 # --------------------------------------------------------------------------- explainers
 
 
@@ -363,6 +326,8 @@ def run(out: Path, size: StudySize = FULL, log: Any = print) -> dict[str, Any]:
     )
     x = np.asarray(store[ffn_in].source.dense(), dtype=np.float32)
     log(f"SAE training: {x.shape[0]:,} tokens x {x.shape[1]} of {ffn_in}")
+    from neuroneval.torch import train_topk_sae
+
     sae = train_topk_sae(
         x,
         d_sae=model.config.intermediate_size,

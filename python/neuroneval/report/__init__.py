@@ -5,7 +5,7 @@ histograms are inline SVG, and its only script (a few lines) counts images that 
 load into ``<div id="image-check" data-broken="N">``. It shows, per layer, the distribution
 of each trustworthy metric and a table of units (best explanation, its scores, the unit's
 top-activating inputs), then the sanity checks, the crowd simulation, the comparison of
-explainers and the circuit runs when present.
+explainers, the circuit runs and the causal-variable runs when present.
 
 The package: `read` reads a results directory, `inputs` writes its input parts
 (`top_inputs`, `write_inputs`), `charts` draws, `page` renders. The page's HTML is in
@@ -15,7 +15,7 @@ read through `importlib.resources` and inlined at render time.
 The results directory
 ---------------------
 Everything but ``scores.parquet`` is optional, and so is ``scores.parquet`` in a directory
-holding a comparison or circuit runs; a part that is absent is left out of the page.
+holding a comparison, circuit runs or causal-variable runs; a part that is absent is left out of the page.
 A file that is present but does not follow this contract is an error that names the file.
 
 ``scores.parquet`` (required)
@@ -66,6 +66,16 @@ A file that is present but does not follow this contract is an error that names 
     faithfulness, AUROC and time, and the faithfulness curves (against the share of the edges,
     log scale) of the circuits by signed score (CPR) and by absolute score (CMD), one line per
     method. A directory that holds only circuit runs needs no ``scores.parquet``.
+
+``causal_run.json`` (or subdirectories holding one, or ``causal/`` and its subdirectories)
+    A run of the causal-variable track as ``neuroneval.causal.results.write_causal_run`` and
+    ``neuroneval causal run --out`` write it (read back with ``read_causal_run``; ``hits.npz``
+    is not read); each result's ``unit_iia`` must be a (layers, positions) array. The page shows
+    one row per run, variable and featurizer: the average and highest IIA over the run's layers
+    with their bootstrap intervals, the seconds spent fitting the featurizer and in all; then per
+    run its facts and, per variable, the IIA of each featurizer at each layer (its best token
+    position's, on held-out pairs), one line per featurizer. A directory that holds only
+    causal-variable runs needs no ``scores.parquet``.
 
 ``top_inputs.parquet``
     Each unit's top-activating inputs, as `top_inputs` returns them: ``layer`` (string),

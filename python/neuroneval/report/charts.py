@@ -15,6 +15,7 @@ import numpy.typing as npt
 import polars as pl
 
 from neuroneval import METRICS
+from neuroneval.causal.iia import layer_iia
 
 #: Images smaller than this (in pixels, longer side) are upscaled by an integer factor, nearest neighbour.
 IMAGE_MIN_SIDE = 48
@@ -461,6 +462,120 @@ def faithfulness_chart(
         height=h,
         criterion=criterion,
         summary=f"faithfulness of the circuits of the top edges by {by} against their share of the edges",
+        axes=axes,
+        labels=labels,
+        references=references,
+        lines=lines,
+    )
+
+
+# --------------------------------------------------------------------------- causal variables
+
+#: The featurizers' colours, the same in every chart (others cycle through _COLOURS).
+_FEATURIZER_COLOURS = {
+    "full": "#222222",
+    "neurons": "#1f77b4",
+    "pca": "#ff7f0e",
+    "sae": "#2ca02c",
+    "das": "#d62728",
+    "random": "#7f7f7f",
+    "dbm-neurons": "#9467bd",
+    "dbm-pca": "#8c564b",
+    "dbm-sae": "#e377c2",
+}
+#: The colours of other featurizers, in turn.
+_OTHER_COLOURS = ("#17becf", "#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39")
+
+
+@dataclass(frozen=True)
+class IiaChart:
+    """IIA against the layer (linear x, the run's layers), one line per featurizer (a `MethodLine`
+    whose ``method`` is the featurizer); IIA 1 drawn across (class ``target``), quarters as grid."""
+
+    width: int
+    height: int
+    variable: str
+    summary: str
+    axes: list[Line]
+    labels: list[Label]
+    references: list[Line]
+    lines: list[MethodLine]
+
+    @property
+    def title(self) -> str:
+        return f"IIA per layer: {self.variable}"
+
+
+def featurizer_colours(featurizers: list[str]) -> dict[str, str]:
+    """Each featurizer's colour: fixed for those of `CAUSAL_FEATURIZERS`, others' in turn from a set of their own."""
+    others = [f for f in dict.fromkeys(featurizers) if f not in _FEATURIZER_COLOURS]
+    return {f: _FEATURIZER_COLOURS.get(f) or _OTHER_COLOURS[others.index(f) % len(_OTHER_COLOURS)] for f in featurizers}
+
+
+def iia_chart(
+    variable: str,
+    layers: tuple[int, ...],
+    positions: tuple[str, ...],
+    curves: list[tuple[str, npt.NDArray[np.float64]]],
+) -> IiaChart | None:
+    """The IIA of each (featurizer, unit IIA of shape (layers, positions)) on `variable` at each
+    layer, the best position's (`neuroneval.causal.iia.layer_iia`), in `curves`' order; a point
+    whose IIA is undefined (NaN) is left out. None without layers or positions."""
+    if not layers or not positions or not curves:
+        return None
+    w, h, left, right, top, bottom = 560, 270, 46, 150, 12, 40
+    pw, ph = w - left - right, h - top - bottom
+    x_lo, x_hi = float(min(layers)), float(max(layers))
+    if x_hi <= x_lo:
+        x_lo, x_hi = x_lo - 0.5, x_hi + 0.5
+    inset = 0.04 * (x_hi - x_lo)  # the first and last points off the y axis and the legend
+    x_lo, x_hi = x_lo - inset, x_hi + inset
+
+    def xy(layer: float, iia: float) -> tuple[float, float]:
+        return (
+            left + pw * (layer - x_lo) / (x_hi - x_lo),
+            top + ph - ph * min(max(iia, 0.0), 1.0),
+        )
+
+    order = sorted(range(len(layers)), key=lambda i: layers[i])
+    step = math.ceil(len(order) / 12)  # at most 12 layer labels
+    labels = [Label(xy(layers[i], 0.0)[0], top + ph + 14, str(layers[i]), "middle") for i in order[::step]]
+    for v in (0.0, 0.25, 0.5, 0.75, 1.0):
+        labels.append(Label(left - 4, xy(x_lo, v)[1] + 3, f"{v:.2f}", "end"))
+    labels.append(Label(left + pw / 2, h - 6, "layer", "middle"))
+    references = [Line(left, xy(x_lo, v)[1], left + pw, xy(x_lo, v)[1], "grid") for v in (0.25, 0.5, 0.75)]
+    references.append(Line(left, xy(x_lo, 1.0)[1], left + pw, xy(x_lo, 1.0)[1], "target"))
+    lines = []
+    colours = featurizer_colours([f for f, _ in curves])
+    for j, (featurizer, unit) in enumerate(curves):
+        colour = colours[featurizer]
+        unit = np.asarray(unit, dtype=np.float64)
+        per_layer = layer_iia(unit)
+        points, markers = [], []
+        for i in order:
+            if not math.isfinite(per_layer[i]):
+                continue
+            best = positions[int(np.argmax(unit[i]))]
+            x, y = xy(layers[i], float(per_layer[i]))
+            points.append((x, y))
+            markers.append(Marker(x, y, f"{featurizer}: layer {layers[i]}, IIA {per_layer[i]:.3f} at position {best}"))
+        ly = top + 14 + 18 * j
+        lines.append(
+            MethodLine(
+                method=featurizer,
+                colour=colour,
+                points=points,
+                markers=markers,
+                legend=Line(left + pw + 10, ly, left + pw + 28, ly, stroke=colour),
+                name=Label(left + pw + 32, ly + 4, featurizer),
+            )
+        )
+    axes = [Line(left, top + ph, left + pw, top + ph, "axis"), Line(left, top, left, top + ph, "axis")]
+    return IiaChart(
+        width=w,
+        height=h,
+        variable=variable,
+        summary=f"IIA on {variable} of each featurizer at the best token position of each layer, on held-out pairs",
         axes=axes,
         labels=labels,
         references=references,

@@ -18,6 +18,7 @@ import polars as pl
 from markupsafe import Markup
 
 from neuroneval import METRICS, PASSING_METRICS, __version__
+from neuroneval.causal.results import CAUSAL_FEATURIZERS, causal_table
 from neuroneval.circuits.results import CRITERIA, best_marks, circuit_table, run_labels
 from neuroneval.errors import ParameterError, SourceError
 from neuroneval.files import write_atomic
@@ -26,7 +27,9 @@ from .charts import (
     Histogram,
     configuration,
     faithfulness_chart,
+    featurizer_colours,
     histogram,
+    iia_chart,
     interval_chart,
     method_colour,
     png_uri,
@@ -37,6 +40,7 @@ from .read import (
     INPUTS_PER_UNIT,
     SCORES,
     TOP_INPUTS,
+    Causal,
     Circuit,
     Compared,
     Crowd,
@@ -265,16 +269,23 @@ class _Page:
         n_units = scores.select(pl.struct("layer", "unit").n_unique()).item() if scores.height else 0
         parts = scores.partition_by("layer", maintain_order=True) if scores.height else []
         circuits = self.results.circuits
+        causal = self.results.causal
         if self.scores is None and compared is not None:
             default = (
                 f"A comparison of {_counted(len(compared.explainers), 'explainer')} of {compared.n_units:,} units "
                 f"over {compared.n_inputs:,} inputs."
             )
-        elif self.scores is None and circuits:
-            default = (
-                f"{_counted(len(circuits), 'circuit-localization run')} (MIB's circuit track): "
-                + ", ".join(dict.fromkeys(f"{c.run.model}/{c.run.task}" for c in circuits))
+        elif self.scores is None and (circuits or causal):
+            tracks: list[tuple[list[tuple[str, str]], str, str]] = [
+                ([(c.run.model, c.run.task) for c in circuits], "circuit-localization run", "MIB's circuit track"),
+                ([(c.run.model, c.run.task) for c in causal], "causal-variable run", "MIB's causal-variable track"),
+            ]
+            default = " ".join(
+                f"{_counted(len(runs), noun)} ({track}): "
+                + ", ".join(dict.fromkeys(f"{model}/{task}" for model, task in runs))
                 + "."
+                for runs, noun, track in tracks
+                if runs
             )
         else:
             default = f"Scores of explanations (concepts) of {n_units:,} units in {_counted(len(parts), 'layer')}."
@@ -305,6 +316,7 @@ class _Page:
             "crowd": None if self.results.crowd is None else self._crowd(self.results.crowd),
             "comparison": None if compared is None else self._comparison(compared),
             "circuits": _circuits(circuits, self.directory) if circuits else None,
+            "causal": _causal(causal, self.directory) if causal else None,
             "pass_level": _PASS_LEVEL,
             "scores_file": SCORES,
             "tops_file": TOP_INPUTS,
@@ -522,6 +534,63 @@ def _circuits(circuits: list[Circuit], directory: Path) -> dict[str, Any]:
             }
         )
     return {"labels": labels, "rows": rows, "blocks": blocks}
+
+
+def _causal(causal: list[Causal], directory: Path) -> dict[str, Any]:
+    """The table of every run's (variable, featurizer) results, then per run its facts and one
+    IIA-per-layer chart per variable (featurizers in `CAUSAL_FEATURIZERS` order)."""
+    labels = [f"{c.run.model}/{c.run.task}" for c in causal]
+    labels = [f"{x} [{c.directory.name}]" if labels.count(x) > 1 else x for x, c in zip(labels, causal, strict=True)]
+    order = {f: i for i, f in enumerate(CAUSAL_FEATURIZERS)}
+    rows, blocks = [], []
+    for i, (c, label) in enumerate(zip(causal, labels, strict=True)):
+        run = c.run
+        anchor = f"causal-run-{i}"
+        featurizers = sorted(dict.fromkeys(r.featurizer for r in run.results), key=lambda f: order.get(f, len(order)))
+        colours = featurizer_colours(featurizers)
+        table = causal_table([run])
+        rows += [{**r, "label": label, "anchor": anchor, "colour": colours[r["featurizer"]]} for r in table]
+        charts = []
+        for variable in dict.fromkeys(r["variable"] for r in table):
+            curves = [
+                (f, run.result(f, variable).unit_iia)
+                for f in featurizers
+                if any(r.featurizer == f and r.variable == variable for r in run.results)
+            ]
+            charts.append({"variable": variable, "chart": iia_chart(variable, run.layers, run.positions, curves)})
+        level = run.options.get("level")
+        blocks.append(
+            {
+                "label": label,
+                "anchor": anchor,
+                "run": run,
+                "location": "" if c.directory == directory else str(c.directory.relative_to(directory)) + "/",
+                "featurizers": featurizers,
+                "variables": [ch["variable"] for ch in charts],
+                "colours": colours,
+                "options": [(k, v) for k, v in run.options.items() if not isinstance(v, (dict, list))],
+                "datasets": [_dataset_text(d) for d in run.datasets],
+                "level": f"{100 * level:g}%"
+                if isinstance(level, (int, float)) and not isinstance(level, bool)
+                else None,
+                "charts": charts,
+            }
+        )
+    levels = {b["level"] for b in blocks}
+    return {
+        "labels": labels,
+        "rows": rows,
+        "level": levels.pop() if len(levels) == 1 else None,
+        "blocks": blocks,
+    }
+
+
+def _dataset_text(d: Any) -> str:
+    """A counterfactual dataset of a causal run as the run describes it: its name, then its other facts."""
+    if not isinstance(d, dict):
+        return str(d)
+    facts = ", ".join(f"{k} {v}" for k, v in d.items() if k != "name")
+    return f"{d.get('name', '?')} ({facts})" if facts else str(d.get("name", "?"))
 
 
 def _input(inputs: Inputs | None, index: int, label: str) -> _InputItem:

@@ -15,6 +15,7 @@ import numpy.typing as npt
 import polars as pl
 
 from neuroneval import METRICS
+from neuroneval.causal.results import CAUSAL_RUN_FILE, CausalRun, read_causal_run
 from neuroneval.circuits.results import CIRCUIT_RUN_FILE, CircuitRun, find_circuit_runs, read_circuit_run
 from neuroneval.compare import COMPARISON_FILES, COMPARISON_FORMAT
 from neuroneval.errors import EmptyInputError, ParameterError, SourceError
@@ -90,6 +91,7 @@ class Results:
     tops: pl.DataFrame | None
     comparison: Compared | None = None
     circuits: list[Circuit] = field(default_factory=list)
+    causal: list[Causal] = field(default_factory=list)
 
 
 @dataclass
@@ -98,6 +100,14 @@ class Circuit:
 
     directory: Path
     run: CircuitRun
+
+
+@dataclass
+class Causal:
+    """A causal-variable run (``neuroneval causal run --out``, `write_causal_run`) and its directory."""
+
+    directory: Path
+    run: CausalRun
 
 
 def read_results(results_dir: str | os.PathLike[str]) -> Results:
@@ -109,9 +119,10 @@ def read_results(results_dir: str | os.PathLike[str]) -> Results:
         raise ParameterError(f"{directory} is a file; expected a results directory (holding {SCORES})")
     comparison = _read_comparison(directory)
     circuits = _read_circuits(directory)
+    causal = _read_causal(directory)
     scores: pl.DataFrame | None = None
     metrics: list[str] = []
-    if (comparison is None and not circuits) or (directory / SCORES).is_file():
+    if (comparison is None and not circuits and not causal) or (directory / SCORES).is_file():
         scores, metrics = _read_scores(directory)
     info = _read_info(directory)
     return Results(
@@ -125,6 +136,7 @@ def read_results(results_dir: str | os.PathLike[str]) -> Results:
         tops=_read_top_inputs(directory),
         comparison=comparison,
         circuits=circuits,
+        causal=causal,
     )
 
 
@@ -173,8 +185,8 @@ def _read_scores(directory: Path) -> tuple[pl.DataFrame, list[str]]:
     if not path.is_file():
         raise SourceError(
             f"{directory} has no {SCORES} (nor a comparison's {COMPARISON_FILES['config']}, nor a circuit run's "
-            f"{CIRCUIT_RUN_FILE}), so it is not a results directory (neuroneval score --out, demo --out, compare "
-            "--out or circuits run --out writes one)"
+            f"{CIRCUIT_RUN_FILE}, nor a causal-variable run's {CAUSAL_RUN_FILE}), so it is not a results directory "
+            "(neuroneval score --out, demo --out, compare --out, circuits run --out or causal run --out writes one)"
         )
     df = _read_parquet(path)
     missing = [c for c in ("unit", "concept") if c not in df.columns]
@@ -375,3 +387,41 @@ def _read_circuits(directory: Path) -> list[Circuit]:
     if not (directory / CIRCUIT_RUN_FILE).is_file():
         found += find_circuit_runs(directory / "circuits")
     return [Circuit(d, read_circuit_run(d)) for d in dict.fromkeys(found)]
+
+
+def _find_causal_runs(directory: Path) -> list[Path]:
+    """`directory` when it holds causal_run.json, else its subdirectories that do, by name."""
+    if (directory / CAUSAL_RUN_FILE).is_file():
+        return [directory]
+    if not directory.is_dir():
+        return []
+    return sorted(d for d in directory.iterdir() if d.is_dir() and (d / CAUSAL_RUN_FILE).is_file())
+
+
+def _read_causal(directory: Path) -> list[Causal]:
+    """The causal-variable runs of `directory`, found as `_read_circuits` finds circuit runs (itself,
+    else its subdirectories, and the same way its ``causal/``), each checked, an error naming the file."""
+    found = _find_causal_runs(directory)
+    if not (directory / CAUSAL_RUN_FILE).is_file():
+        found += _find_causal_runs(directory / "causal")
+    return [Causal(d, _read_causal_run(d)) for d in dict.fromkeys(found)]
+
+
+def _read_causal_run(directory: Path) -> CausalRun:
+    """`read_causal_run`, and what the page relies on: each result's IIA a (layers, positions)
+    array, each interval two numbers."""
+    path = directory / CAUSAL_RUN_FILE
+    try:
+        run = read_causal_run(directory)
+    except SourceError:
+        raise
+    except (ValueError, TypeError) as e:  # a ragged or non-numeric array, read by numpy
+        raise SourceError(f"{path}: a number or an array of numbers is malformed ({_one_line(e)})") from e
+    shape = (len(run.layers), len(run.positions))
+    for r in run.results:
+        where = f"{path}: the result of {r.featurizer!r} on {r.variable!r}"
+        if r.unit_iia.shape != shape:
+            raise SourceError(f"{where} has IIA of shape {r.unit_iia.shape}; expected (layers, positions) = {shape}")
+        if len(r.average_interval) != 2 or len(r.highest_interval) != 2:
+            raise SourceError(f"{where} has an interval that is not two numbers")
+    return run

@@ -4,7 +4,7 @@
 any scale, into shard directories that `neuroneval.evaluate` reads (resumable, with row ids
 for tokens and spatial positions, dense or sparse SAE latents); `sae_module` turns a
 `neuroneval.interop.sae.SparseAutoencoder` (SAELens or sparsify weights) into the encoder
-module `extract` applies.
+module `extract` applies; `train_topk_sae` trains a TopK SAE on rows of hidden vectors.
 
 `import neuroneval` never imports torch; this tool (and the experiments) do.
 Its modules: `capture` (in memory), `extract` (the run: batches, resuming, the writer thread),
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from .capture import Reduce, capture
 from .extract import SHARD_BYTES, SPARSE_ZEROS, extract
-from .sae import sae_module
+from .sae import sae_module, train_topk_sae
 from .store import EXTRACT_FILE, ROWS_FILE, ActivationStore, StoredLayer
 
-__all__ = ["ActivationStore", "StoredLayer", "capture", "extract", "sae_module"]
+__all__ = ["ActivationStore", "StoredLayer", "capture", "extract", "sae_module", "train_topk_sae"]
 __all__ += ["EXTRACT_FILE", "ROWS_FILE", "SHARD_BYTES", "SPARSE_ZEROS", "Reduce"]

@@ -23,7 +23,7 @@ import torch
 from neuroneval.errors import DTypeError, NonFiniteError, ParameterError, ShapeError
 from neuroneval.interop.sae import ARCHITECTURES, LAYER_NORM_EPS, NORMALIZATIONS, SOURCES, SparseAutoencoder
 
-__all__ = ["SAEEncoder", "sae_module"]
+__all__ = ["SAEEncoder", "sae_module", "train_topk_sae"]
 
 
 def _tensor(arr: np.ndarray) -> torch.Tensor:
@@ -142,3 +142,37 @@ def sae_module(sae: SparseAutoencoder) -> SAEEncoder:
         `sae` is not a SparseAutoencoder.
     """
     return SAEEncoder(sae)
+
+
+def train_topk_sae(x: np.ndarray, d_sae: int, k: int, *, epochs: int, batch_size: int, seed: int) -> SparseAutoencoder:
+    """A TopK SAE (SAELens's "topk": top k of the ReLU'd pre-activations of x - b_dec) trained
+    by Adam on the reconstruction error of the rows of `x` (rows, d_in), decoder rows kept at
+    unit norm; seeded."""
+    g = torch.Generator().manual_seed(seed)
+    data = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    d_in = data.shape[1]
+    w_dec = torch.randn(d_sae, d_in, generator=g)
+    w_dec /= w_dec.norm(dim=1, keepdim=True)
+    params = {
+        "W_dec": torch.nn.Parameter(w_dec.clone()),
+        "W_enc": torch.nn.Parameter(w_dec.T.clone()),
+        "b_enc": torch.nn.Parameter(torch.zeros(d_sae)),
+        "b_dec": torch.nn.Parameter(data.mean(dim=0).clone()),
+    }
+    opt = torch.optim.Adam(params.values(), lr=1e-3)
+    scale = float(data.var(dim=0).sum())
+    for _ in range(epochs):
+        order = torch.randperm(len(data), generator=g)
+        for i in range(0, len(data), batch_size):
+            batch = data[order[i : i + batch_size]]
+            pre = torch.relu((batch - params["b_dec"]) @ params["W_enc"] + params["b_enc"])
+            top = torch.topk(pre, k, dim=1)
+            z = torch.zeros_like(pre).scatter_(1, top.indices, top.values)
+            loss = ((z @ params["W_dec"] + params["b_dec"] - batch) ** 2).sum(dim=1).mean() / scale
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            with torch.no_grad():
+                params["W_dec"].div_(params["W_dec"].norm(dim=1, keepdim=True))
+    w = {name: p.detach().numpy().astype(np.float32) for name, p in params.items()}
+    return SparseAutoencoder("topk", d_in, d_sae, w["W_enc"], w["b_enc"], w["W_dec"], w["b_dec"], k=k)

@@ -5,20 +5,21 @@ interchange interventions, DAS and DBM training, the planted model, the track en
   (`featurizers`);
 - `forward`, `intervened_logits`: one base and one source pass per batch, then the model from
   the intervened layer and position on (`interventions`);
-- `prepare`, `hits`: a counterfactual dataset's pairs on a model (`data`);
-- `train_das`, `choose_das`, `train_dbm` (`training`);
+- `prepare`, `unit_hits`: a counterfactual dataset's pairs on a model (`data`);
+- `train_das`, `train_dbm` (`training`);
 - `train_planted_model`: a small transformer holding a variable in a known subspace (`planted`);
-- `evaluate_featurizers`: IIA of every featurizer on every variable of a task (`track`).
+- `evaluate_featurizers`: IIA of every featurizer on every variable of a task; `causal_track`
+  the same on a named model, with SAEs read or trained per layer (`track`).
 """
 
 from __future__ import annotations
 
-from .data import PairBatch, hits, prepare
+from .data import PairBatch, prepare, unit_hits
 from .featurizers import DAS, DBM, PCA, Featurizer, FullVector, Neurons, SAEFeatures, top_variance
 from .interventions import Pass, forward, intervened_logits, residuals
 from .planted import PLANTED_LAYER, PLANTED_OPTIONS, PLANTED_SIZE, PlantedModel, planted_tokenize, train_planted_model
-from .track import evaluate_featurizers, split_pairs
-from .training import accuracy, choose_das, train_das, train_dbm
+from .track import causal_track, evaluate_featurizers, load_model, read_layer_saes, split_pairs, train_layer_saes
+from .training import accuracy, train_das, train_dbm
 
 __all__ = [
     "DAS",
@@ -35,17 +36,20 @@ __all__ = [
     "PlantedModel",
     "SAEFeatures",
     "accuracy",
-    "choose_das",
+    "causal_track",
     "evaluate_featurizers",
     "forward",
-    "hits",
     "intervened_logits",
+    "load_model",
     "planted_tokenize",
     "prepare",
+    "read_layer_saes",
     "residuals",
     "split_pairs",
     "top_variance",
     "train_das",
     "train_dbm",
+    "train_layer_saes",
     "train_planted_model",
+    "unit_hits",
 ]

@@ -2,10 +2,10 @@
 to examples the model gets right, and the hits of interchange interventions.
 
 `prepare` tokenizes every base and source through the task's prompts, finds each named position
-in both, groups pairs whose base and source prompts have the same lengths (no padding), and runs
-one base pass and one source pass per batch. A pair is kept when the model's top next token is
-the causal model's output on the base and on the source (MIB's filter). `hits` applies one
-featurizer per (layer, position) to every kept pair.
+in both, batches the pairs in order of length (right-padded), and runs one base pass and one
+source pass per batch. A pair is kept when the model's top next token is
+the causal model's output on the base and on the source (MIB's filter). `unit_hits` applies a
+featurizer at one (layer, position) to every pair given.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ..circuits.models import DecomposedModel
 from .featurizers import Featurizer
 from .interventions import Pass, forward, intervened_logits
 
-__all__ = ["PairBatch", "hits", "prepare"]
+__all__ = ["PairBatch", "prepare", "unit_hits"]
 
 Tensor = torch.Tensor
 Tokenize = Callable[[str], Sequence[int]]
@@ -50,14 +50,11 @@ class PairBatch:
         if not bool(k.any()):
             return None
 
-        def rows(p: Pass) -> Pass:
-            return Pass([h[k] for h in p.hidden], p.top[k])
-
         return replace(
             self,
             index=self.index[k.numpy()],
-            base=rows(self.base),
-            source=rows(self.source),
+            base=self.base.rows(k),
+            source=self.source.rows(k),
             base_positions={n: t[k] for n, t in self.base_positions.items()},
             source_positions={n: t[k] for n, t in self.source_positions.items()},
             expected=self.expected[k],
@@ -70,6 +67,13 @@ def _answer_id(tokenize: Tokenize, text: str) -> int:
     if len(ids) != 1:
         raise ShapeError(f"the answer {text!r} tokenizes to {len(ids)} tokens {ids}; IIA compares single tokens")
     return int(ids[0])
+
+
+def _padded(prompts: list[np.ndarray]) -> tuple[Tensor, Tensor]:
+    """Token ids right-padded with each prompt's own last token, and each prompt's last position."""
+    n = max(p.size for p in prompts)
+    tokens = np.stack([np.pad(p, (0, n - p.size), mode="edge") for p in prompts])
+    return torch.from_numpy(tokens), torch.tensor([p.size - 1 for p in prompts], dtype=torch.int64)
 
 
 def prepare(
@@ -85,64 +89,47 @@ def prepare(
             for o in (data.expected[i], data.base_outputs[i], data.source_outputs[i])
         ]
         rows.append((i, b_ids, s_ids, b_pos, s_pos, answers))
-    groups: dict[tuple[int, int], list[int]] = {}
-    for r, row in enumerate(rows):
-        groups.setdefault((row[1].size, row[2].size), []).append(r)
+    # in order of length, so that a batch pads little (a pad is never read: attention is causal)
+    order = sorted(range(len(rows)), key=lambda r: (rows[r][1].size, rows[r][2].size, r))
     out = []
-    for key in sorted(groups):
-        members = groups[key]
-        for start in range(0, len(members), batch_size):
-            part = [rows[r] for r in members[start : start + batch_size]]
-            base = forward(model, torch.from_numpy(np.stack([p[1] for p in part])))
-            source = forward(model, torch.from_numpy(np.stack([p[2] for p in part])))
-            ids = torch.tensor([p[5] for p in part], dtype=torch.int64)
-            keep = (base.top == ids[:, 1]) & (source.top == ids[:, 2])
-            out.append(
-                PairBatch(
-                    np.asarray([p[0] for p in part], dtype=np.int64),
-                    base,
-                    source,
-                    {n: torch.tensor([p[3][n] for p in part]) for n in task.positions},
-                    {n: torch.tensor([p[4][n] for p in part]) for n in task.positions},
-                    ids[:, 0],
-                    keep,
-                )
+    for start in range(0, len(order), batch_size):
+        part = [rows[r] for r in order[start : start + batch_size]]
+        base = forward(model, *_padded([p[1] for p in part]))
+        source = forward(model, *_padded([p[2] for p in part]))
+        ids = torch.tensor([p[5] for p in part], dtype=torch.int64)
+        keep = (base.top == ids[:, 1]) & (source.top == ids[:, 2])
+        out.append(
+            PairBatch(
+                np.asarray([p[0] for p in part], dtype=np.int64),
+                base,
+                source,
+                {n: torch.tensor([p[3][n] for p in part]) for n in task.positions},
+                {n: torch.tensor([p[4][n] for p in part]) for n in task.positions},
+                ids[:, 0],
+                keep,
             )
+        )
     return out
 
 
-def hits(
+def unit_hits(
     model: DecomposedModel,
     batches: Sequence[PairBatch],
     n: int,
-    layers: Sequence[int],
-    positions: Sequence[str],
-    featurizer: Callable[[int, str], Featurizer],
-    *,
-    tick: Callable[[], None] | None = None,
+    layer: int,
+    position: str,
+    featurizer: Featurizer,
 ) -> np.ndarray:
-    """Bool ``[len(layers), len(positions), n]``: whether the intervened model's top next token
-    is the expected one, per pair index (pairs absent from `batches` stay False)."""
-    out = np.zeros((len(layers), len(positions), n), dtype=bool)
-    for li, layer in enumerate(layers):
-        for pi, pos in enumerate(positions):
-            f = featurizer(layer, pos)
-            with torch.no_grad():
-                for batch in batches:
-                    if pos not in batch.base_positions:
-                        raise ParameterError(
-                            f"no token position {pos!r}; the task has {', '.join(batch.base_positions)}"
-                        )
-                    logits = intervened_logits(
-                        model,
-                        batch.base,
-                        batch.source,
-                        layer,
-                        batch.base_positions[pos],
-                        batch.source_positions[pos],
-                        f,
-                    )
-                    out[li, pi, batch.index] = (logits.argmax(-1) == batch.expected).numpy()
-            if tick is not None:
-                tick()
+    """Bool ``[n]``: whether the intervened model's top next token is the expected one, per pair
+    index, for `featurizer` at (layer, position) (pairs absent from `batches` stay False)."""
+    out = np.zeros(n, dtype=bool)
+    with torch.no_grad():
+        for batch in batches:
+            if position not in batch.base_positions:
+                raise ParameterError(f"no token position {position!r}; the task has {', '.join(batch.base_positions)}")
+            logits = intervened_logits(
+                model, batch.base, batch.source, layer, batch.base_positions[position], batch.source_positions[position],
+                featurizer,
+            )  # fmt: skip
+            out[batch.index] = (logits.argmax(-1) == batch.expected).numpy()
     return out

@@ -17,8 +17,8 @@ source.
 - `PCA`: the principal components of the model's own hidden vectors (all of them, so decoding is
   exact), a selection of components;
 - `SAEFeatures`: a `SparseAutoencoder`'s latents (its decoder back, the error kept);
-- `DAS`: a learned subspace of k orthonormal directions, i.e. a rotation whose first k coordinates
-  are swapped (`training.train_das`);
+- `DAS`: a learned rotation whose first k coordinates are swapped, k learned with it (Boundless
+  DAS; `training.train_das`);
 - `DBM`: a learned mask over another featurizer's features (`training.train_dbm`).
 
 Examples
@@ -41,6 +41,7 @@ import torch
 
 from neuroneval.errors import ParameterError, ShapeError
 from neuroneval.interop.sae import SparseAutoencoder
+from neuroneval.options import SCORE_OPTIONS
 
 from ..sae import SAEEncoder
 
@@ -73,6 +74,10 @@ class Featurizer(torch.nn.Module):
     def mask(self) -> Tensor:
         """The features an interchange swaps: bool, or floats in [0, 1] while a mask trains."""
         raise NotImplementedError
+
+    def param_groups(self, lr: float) -> list[dict[str, Any]]:
+        """The trainable parameters as optimizer groups at learning rate `lr`."""
+        return [{"params": [p for p in self.parameters() if p.requires_grad], "lr": lr}]
 
     def check_width(self, h: Tensor) -> None:
         if h.shape[-1] != self.width:
@@ -210,39 +215,71 @@ class SAEFeatures(Featurizer):
 
 
 class DAS(Featurizer):
-    """A learned subspace of `size` orthonormal directions (the first `size` coordinates of a
-    learned rotation): ``h + Q Q^T (h_source - h_base)``."""
+    """A learned rotation whose first coordinates are swapped: ``h + (d Q^T m) Q`` with
+    ``d = h_source - h_base``, `Q` orthonormal rows and `m` the mask of the swapped coordinates.
+
+    With a fixed `size`, `Q` holds `size` rows and every one is swapped. With ``learn_size``
+    (Boundless DAS), `Q` is a full rotation and the boundary is learned with it: during training
+    ``m_i = sigmoid((b - i) / temperature)`` with ``b = width * sigmoid(u)``, at evaluation the
+    first ``round(b)`` coordinates (at least one); `size` is the boundary's start."""
 
     name = "das"
 
-    def __init__(self, width: int, size: int, *, seed: int = 0) -> None:
+    def __init__(self, width: int, size: int, *, seed: int | None = None, learn_size: bool = False) -> None:
         super().__init__(width)
         if not 1 <= size <= width:
             raise ParameterError(f"a DAS subspace needs 1 <= size <= {width}; got {size}")
-        self.size = size
-        g = torch.Generator().manual_seed(seed)
-        linear = torch.nn.Linear(width, size, bias=False)
+        self.learn_size = learn_size
+        rows = width if learn_size else size
+        g = torch.Generator().manual_seed(SCORE_OPTIONS["seed"].default if seed is None else seed)
+        linear = torch.nn.Linear(width, rows, bias=False)
         with torch.no_grad():
-            linear.weight.copy_(torch.linalg.qr(torch.randn(width, size, generator=g))[0].T)
+            linear.weight.copy_(torch.linalg.qr(torch.randn(width, rows, generator=g))[0].T)
         self.rotation = torch.nn.utils.parametrizations.orthogonal(linear)
+        fraction = min(max(size / width, 1e-3), 1 - 1e-3)
+        self.boundary = torch.nn.Parameter(torch.logit(torch.tensor(fraction)), requires_grad=learn_size)
+        self.temperature = 1.0
+        self.hard = True
+        self.register_buffer("index", torch.arange(rows, dtype=torch.float32))
+        self.index: Tensor
+
+    def param_groups(self, lr: float) -> list[dict[str, Any]]:
+        """The rotation at `lr`; the boundary (when learned) ten times faster, so that it can move
+        by whole coordinates in a short training."""
+        rotation = [p for p in self.rotation.parameters() if p.requires_grad]
+        if not self.learn_size:
+            return [{"params": rotation, "lr": lr}]
+        return [{"params": rotation, "lr": lr}, {"params": [self.boundary], "lr": 10 * lr}]
 
     @property
     def basis(self) -> Tensor:
-        """The subspace's orthonormal rows, (size, width)."""
-        weight = cast(Tensor, self.rotation.weight)
-        return weight
+        """The rotation's orthonormal rows, (rows, width)."""
+        return cast(Tensor, self.rotation.weight)
+
+    @property
+    def size(self) -> int:
+        """How many coordinates an interchange swaps (at evaluation)."""
+        if not self.learn_size:
+            return int(self.index.numel())
+        return int(min(self.width, max(1, round(float(self.width * torch.sigmoid(self.boundary.detach()))))))
+
+    def mask(self) -> Tensor:
+        if self.hard or not self.learn_size:
+            return self.index < self.size
+        return torch.sigmoid((self.width * torch.sigmoid(self.boundary) - self.index) / self.temperature)
 
     def interchange(self, base: Tensor, source: Tensor) -> Tensor:
         self.check_width(base)
         q = self.basis.to(base.dtype)
-        return base + ((source - base) @ q.T) @ q
-
-    def mask(self) -> Tensor:
-        return torch.ones(self.size, dtype=torch.bool)
+        m = self.mask()
+        if m.dtype == torch.bool:
+            q = q[m]
+            return base + ((source - base) @ q.T) @ q
+        return base + (((source - base) @ q.T) * m.to(base.dtype)) @ q
 
     @property
     def n_features(self) -> int:
-        return self.size
+        return int(self.index.numel())
 
 
 class DBM(Featurizer):

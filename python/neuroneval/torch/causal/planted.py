@@ -109,8 +109,8 @@ def _losses(
     hidden = residuals(model, base)
     plain = model.logits(hidden[-1][:, -1])
     last = torch.full((n,), base.shape[1] - 1)
-    src = Pass(residuals(model, source), torch.zeros(n, dtype=torch.int64))
-    swapped = intervened_logits(model, Pass(hidden, plain.argmax(-1)), src, PLANTED_LAYER, last, last, subspace)
+    src = Pass(residuals(model, source), last, torch.zeros(n, dtype=torch.int64))
+    swapped = intervened_logits(model, Pass(hidden, last, plain.argmax(-1)), src, PLANTED_LAYER, last, last, subspace)
     ce = torch.nn.functional.cross_entropy
     return (
         ce(plain, answer),

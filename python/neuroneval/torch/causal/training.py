@@ -4,8 +4,8 @@ Both minimise the cross-entropy of the intervened model's next token against the
 counterfactual output, over the kept training pairs, by Adam, with the model's weights frozen.
 DBM adds MIB's sparsity term (the mean of the soft mask) and anneals the sigmoid's temperature
 from 1 to 0.01 over training, so the mask it ends with is close to the hard one it is
-evaluated with. DAS's subspace size is chosen among candidates by IIA on a held-out part of the
-training pairs (`choose_das`).
+evaluated with. DAS learns its subspace size the same way (Boundless DAS: a soft boundary over
+the rotated coordinates).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .data import PairBatch
 from .featurizers import DAS, DBM, Featurizer
 from .interventions import intervened_logits
 
-__all__ = ["accuracy", "choose_das", "train_das", "train_dbm", "train_featurizer"]
+__all__ = ["accuracy", "train_das", "train_dbm", "train_featurizer"]
 
 
 def _loss(model: DecomposedModel, f: Featurizer, batch: PairBatch, layer: int, position: str) -> torch.Tensor:
@@ -45,11 +45,10 @@ def train_featurizer(
 ) -> Featurizer:
     """Adam on `featurizer`'s parameters over `batches` (kept pairs) for `epochs`, in a seeded
     order; `penalty` is added to each step's loss, `on_step` gets each step's progress in [0, 1]."""
-    params = [p for p in featurizer.parameters() if p.requires_grad]
     frozen = [p.requires_grad for p in model.model.parameters()]
     for p in model.model.parameters():
         p.requires_grad_(False)
-    optimizer = torch.optim.Adam(params, lr=lr)
+    optimizer = torch.optim.Adam(featurizer.param_groups(lr))
     rng = np.random.default_rng(seed)
     total, step = max(1, epochs * len(batches)), 0
     try:
@@ -92,33 +91,25 @@ def train_das(
     *,
     epochs: int,
     seed: int,
+    sparsity: float = 0.1,
 ) -> DAS:
-    """A DAS subspace of `size` directions trained at (layer, position)."""
-    das = DAS(model.d_model, size, seed=seed)
-    train_featurizer(model, das, batches, layer, position, epochs=epochs, lr=1e-2, seed=seed)
+    """A DAS rotation trained at (layer, position) with its subspace size learned (Boundless
+    DAS): the boundary starts at `size`, a `sparsity` term on its fraction of the width keeps it
+    small, and the temperature anneals from 8 to 0.1 coordinates."""
+    das = DAS(model.d_model, size, seed=seed, learn_size=True)
+    das.hard = False
+
+    def anneal(progress: float) -> None:
+        das.temperature = float(8 * (0.1 / 8) ** progress)
+
+    def penalty() -> torch.Tensor:
+        return sparsity * torch.sigmoid(das.boundary)
+
+    train_featurizer(
+        model, das, batches, layer, position, epochs=epochs, lr=1e-2, seed=seed, penalty=penalty, on_step=anneal
+    )
+    das.hard = True
     return das
-
-
-def choose_das(
-    model: DecomposedModel,
-    train: Sequence[PairBatch],
-    held: Sequence[PairBatch],
-    layer: int,
-    position: str,
-    sizes: Sequence[int],
-    *,
-    epochs: int,
-    seed: int,
-) -> DAS:
-    """The DAS of the best size among `sizes` by IIA on `held` (the smaller size on a tie)."""
-    best: tuple[float, DAS] | None = None
-    for size in sorted(sizes):
-        das = train_das(model, train, layer, position, size, epochs=epochs, seed=seed)
-        score = accuracy(model, das, held or train, layer, position)
-        if best is None or score > best[0]:
-            best = (score, das)
-    assert best is not None
-    return best[1]
 
 
 def train_dbm(
