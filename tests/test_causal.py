@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from neuroneval.causal import CausalModel, counterfactual_dataset, ioi_task, mcqa_task, planted_task
 from neuroneval.causal.iia import bootstrap_iia, layer_iia, summarize, unit_iia
-from neuroneval.errors import EmptyInputError, ParameterError, ShapeError
+from neuroneval.errors import EmptyInputError, ParameterError, ShapeError, SourceError
 
 # --------------------------------------------------------------------------- causal models (no torch)
 
@@ -305,3 +305,52 @@ def test_smollm2_ioi_small_run_with_full_vector_and_neurons():
     # at the last layer's last position the full vector carries the source's answer whole
     assert full.unit_iia[1, run.positions.index("last")] == 1.0
     assert all(0.0 <= r.average <= 1.0 for r in run.results)
+
+
+def test_sae_directories_of_another_model_or_layer_are_refused(tmp_path):
+    from neuroneval.interop import write_saelens
+    from neuroneval.torch.causal import read_layer_saes
+
+    def sae(d_in, hook):
+        eye = np.eye(d_in, 2 * d_in, dtype=np.float32)
+        z = np.zeros(2 * d_in, np.float32)
+        return SparseAutoencoder(
+            "topk", d_in, 2 * d_in, eye, z, eye.T.copy(), np.zeros(d_in, np.float32), k=2, hook_name=hook
+        )
+
+    write_saelens(sae(8, "blocks.0.hook_resid_post"), tmp_path / "other" / "layer_0")
+    with pytest.raises(
+        ParameterError, match="reads 8 values; the model's hidden vectors have 64 .an SAE of another model"
+    ):
+        read_layer_saes(tmp_path / "other", [0], 64)
+    write_saelens(sae(64, "blocks.3.hook_resid_post"), tmp_path / "misplaced" / "layer_1")
+    with pytest.raises(ParameterError, match="reads 'blocks.3.hook_resid_post', not layer 1"):
+        read_layer_saes(tmp_path / "misplaced", [1], 64)
+    with pytest.raises(SourceError, match="has no SAE for layer 2"):
+        read_layer_saes(tmp_path / "misplaced", [2], 64)
+    assert read_layer_saes(tmp_path / "other", [0], 8)[0].d_in == 8
+
+
+def test_padded_batches_give_what_each_prompt_gives_alone(tiny):
+    """Right-padding is invisible: a batch of prompts of different lengths gives each prompt's
+    own plain output and intervened logits (batch size and composition change nothing)."""
+    _, model = tiny
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(0, 50, (n,), generator=g) for n in (4, 9, 6)]
+    sources = [torch.randint(0, 50, (n,), generator=g) for n in (7, 5, 9)]
+
+    def batch(items):
+        width = max(p.numel() for p in items)
+        tokens = torch.stack([torch.cat([p, p[-1:].repeat(width - p.numel())]) for p in items])
+        return forward(model, tokens, torch.tensor([p.numel() - 1 for p in items]))
+
+    together_b, together_s = batch(prompts), batch(sources)
+    base_pos, source_pos = torch.tensor([1, 6, 5]), torch.tensor([3, 0, 8])
+    together = intervened_logits(model, together_b, together_s, 1, base_pos, source_pos, Neurons(32, range(0, 32, 3)))
+    for i in range(3):
+        alone_b, alone_s = forward(model, prompts[i][None]), forward(model, sources[i][None])
+        assert int(alone_b.top[0]) == int(together_b.top[i])
+        alone = intervened_logits(
+            model, alone_b, alone_s, 1, base_pos[i : i + 1], source_pos[i : i + 1], Neurons(32, range(0, 32, 3))
+        )
+        torch.testing.assert_close(together[i], alone[0], atol=1e-5, rtol=1e-5)

@@ -85,8 +85,10 @@ def test_run_on_the_planted_model_writes_a_run_that_reads_back(
     back = read_causal_run(out)
     assert printed.splitlines()[: len(back.results) + 1] == format_causal_table(causal_table([back])).splitlines()
     assert back.layers == (0, 1) and back.positions == ("a", "b", "c", "last")
-    das = back.result("das", "s")
-    assert das.unit_iia[0, 3] >= 0.95 and back.result("random", "s").unit_iia[0, 3] <= 0.6
+    das, rand = back.result("das", "s"), back.result("random", "s")
+    assert das.unit_iia[0, 3] >= 0.95 and rand.unit_iia[0, 3] <= 0.6
+    assert das.swapped is not None and rand.swapped is not None and back.result("full", "s").swapped is not None
+    assert (rand.swapped == 4).all() and (back.result("full", "s").swapped == 64).all() and (das.swapped >= 1).all()
     code, _, err = run(
         ["causal", "run", "--model", "planted", "--layers", "5", "--quiet", "--out", tmp_path / "x"], capfd
     )

@@ -95,6 +95,8 @@ class FeaturizerResult:
     highest_interval: tuple[float, float]
     seconds: float
     fit_seconds: float = 0.0
+    #: Features each unit's interchange swaps (DAS's learned size, DBM's mask), [L, P].
+    swapped: np.ndarray | None = None
     hits: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
 
@@ -128,8 +130,9 @@ class CausalRun:
             "options": self.options,
             "results": [
                 {
-                    **{k: v for k, v in asdict(r).items() if k not in ("hits", "unit_iia")},
+                    **{k: v for k, v in asdict(r).items() if k not in ("hits", "unit_iia", "swapped")},
                     "unit_iia": np.asarray(r.unit_iia).tolist(),
+                    "swapped": None if r.swapped is None else np.asarray(r.swapped).tolist(),
                     "average_interval": list(r.average_interval),
                     "highest_interval": list(r.highest_interval),
                 }
@@ -186,6 +189,7 @@ def read_causal_run(directory: str | os.PathLike[str]) -> CausalRun:
                 tuple(float(v) for v in _field(r, "highest_interval", list, path)),  # type: ignore[arg-type]
                 float(_field(r, "seconds", (int, float), path)),
                 float(_field(r, "fit_seconds", (int, float), path)),
+                None if r.get("swapped") is None else np.asarray(_field(r, "swapped", list, path), dtype=np.float64),
             )
         )
     return CausalRun(

@@ -1,5 +1,6 @@
 """The `neuroneval` command line: `main` and the top-level parser; one module per command
-(`score`, `sanity`, `meta`, `crowd`, `label`, `compare`, `circuits`, `report`, `demo`) declares its
+(`score`, `sanity`, `meta`, `crowd`, `label`, `compare`, `circuits`, `causal`, `report`, `demo`)
+declares its
 options and runs it, and `common` holds what they share.
 
 Usage
@@ -68,12 +69,18 @@ then print MIB's CPR/CMD table of runs (text, CSV or JSON)::
     neuroneval circuits run --model smollm2 --task ioi --method all --out runs/smollm2-ioi
     neuroneval circuits table runs/smollm2-ioi runs/smollm2-arithmetic --format csv
 
+MIB's causal-variable track: IIA of featurizers (full vector, neurons, PCA, SAE, DAS, DBM) on a
+task's variables at each layer and token position, then the table of runs::
+
+    neuroneval causal run --model planted --out runs/planted
+    neuroneval causal table runs/planted runs/smollm2-ioi --format csv
+
 One self-contained HTML page of a results directory (what `neuroneval demo --out DIR`
 writes, or any directory holding a scores.parquet; `neuroneval.report` says what it reads)::
 
     neuroneval report demo-out -o report.html
 
-The same commands run as `python -m neuroneval score ...` (or `sanity`, `meta`, `crowd`, `compare`, `circuits`, `report`).
+The same commands run as `python -m neuroneval score ...` (or `sanity`, `meta`, `crowd`, `compare`, `circuits`, `causal`, `report`).
 
 Inputs
     ACTIVATIONS is a `.npy` file, a shard directory (`neuroneval.sources.write_shards`), a
@@ -120,6 +127,10 @@ Output
     circuit_run.json there (circuit_run.json last: a directory holding it is whole) and prints
     each method's CPR, CMD, mean faithfulness, AUROC and seconds; `neuroneval report DIR` shows
     the runs' curves.
+
+    `causal run --out DIR` writes causal_run.json and hits.npz there (all or none), and the SAEs
+    it trained as saes/layer_<l>/ (SAELens's layout), and prints IIA per featurizer and
+    variable; `neuroneval report DIR` shows IIA per layer.
 
     `report` writes its page (default RESULTS_DIR/report.html) aside and renames it into
     place, then prints its path and size.

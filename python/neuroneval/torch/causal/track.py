@@ -202,6 +202,7 @@ def evaluate_featurizers(
         train = [b for n in names for b in splits[n][0]]
         per_dataset = {n: np.zeros((len(layer_list), len(pos_list), sizes[n]), dtype=bool) for n in names}
         fitting = 0.0
+        swapped = np.zeros((len(layer_list), len(pos_list)))
         for u, (li, pi) in enumerate(np.ndindex(len(layer_list), len(pos_list))):
             if progress is not None:
                 progress(f"{name} on {variable}", j * n_units + u, len(jobs) * n_units)
@@ -209,6 +210,7 @@ def evaluate_featurizers(
             began = time.perf_counter()
             featurizer = _featurizer(name, model, fits[(layer, pos)], train, layer, pos, opts)
             fitting += time.perf_counter() - began
+            swapped[li, pi] = featurizer.describe()["swapped"]
             for n in names:
                 per_dataset[n][li, pi] = unit_hits(model, splits[n][1], sizes[n], layer, pos, featurizer)
         keep = {n: _test_mask(splits[n][1], sizes[n]) for n in names}
@@ -226,6 +228,7 @@ def evaluate_featurizers(
                 h_int,
                 time.perf_counter() - start,
                 fitting,
+                swapped,
                 {n: per_dataset[n][:, :, keep[n]] for n in names},
             )  # fmt: skip
         )

@@ -266,7 +266,10 @@ class DecomposedModel:
             return y if b is None else y + b[:, None, None, :]
 
         q = project(normed[:, start:], a.wq, a.bq)
-        k, v = project(normed, a.wk, a.bk), project(normed, a.wv, a.bv)
+        # keys and values once per key/value group, then shared by the group's query heads
+        wk, bk, wv, bv = a.kv
+        k = project(normed, wk, bk).repeat_interleave(a.group, dim=0)
+        v = project(normed, wv, bv).repeat_interleave(a.group, dim=0)
         if self.kind != "gpt2":
             cos, sin = self.model.model.rotary_emb(k, torch.arange(n_pos, device=x.device)[None])
 
