@@ -391,6 +391,28 @@ def method_colour(method: str, j: int) -> str:
     return _METHOD_COLOURS.get(method, _COLOURS[j % len(_COLOURS)])
 
 
+def legend_series(
+    name: str,
+    colour: str,
+    j: int,
+    points: list[tuple[float, float]],
+    markers: list[Marker],
+    *,
+    right: float,
+    top: float,
+) -> MethodLine:
+    """The `j`-th line of a chart with its legend entry to the right of the plot (`right`)."""
+    ly = top + 14 + 18 * j
+    return MethodLine(
+        method=name,
+        colour=colour,
+        points=points,
+        markers=markers,
+        legend=Line(right + 10, ly, right + 28, ly, stroke=colour),
+        name=Label(right + 32, ly + 4, name),
+    )
+
+
 def faithfulness_chart(
     criterion: str,
     fractions: tuple[float, ...],
@@ -444,17 +466,7 @@ def faithfulness_chart(
             Marker(x, y, f"{method}: {100 * k:g}% of the edges ({int(n):,} after pruning), f = {float(v):.3f}")
             for (x, y), k, v, n in zip(points, fractions, f, edges, strict=True)
         ]
-        ly = top + 14 + 18 * j
-        lines.append(
-            MethodLine(
-                method=method,
-                colour=colour,
-                points=points,
-                markers=markers,
-                legend=Line(left + pw + 10, ly, left + pw + 28, ly, stroke=colour),
-                name=Label(left + pw + 32, ly + 4, method),
-            )
-        )
+        lines.append(legend_series(method, colour, j, points, markers, right=left + pw, top=top))
     by = "signed score (CPR)" if criterion == "signed" else "absolute score (CMD)"
     axes = [Line(left, top + ph, left + pw, top + ph, "axis"), Line(left, top, left, top + ph, "axis")]
     return FaithfulnessChart(
@@ -559,17 +571,7 @@ def iia_chart(
             x, y = xy(layers[i], float(per_layer[i]))
             points.append((x, y))
             markers.append(Marker(x, y, f"{featurizer}: layer {layers[i]}, IIA {per_layer[i]:.3f} at position {best}"))
-        ly = top + 14 + 18 * j
-        lines.append(
-            MethodLine(
-                method=featurizer,
-                colour=colour,
-                points=points,
-                markers=markers,
-                legend=Line(left + pw + 10, ly, left + pw + 28, ly, stroke=colour),
-                name=Label(left + pw + 32, ly + 4, featurizer),
-            )
-        )
+        lines.append(legend_series(featurizer, colour, j, points, markers, right=left + pw, top=top))
     axes = [Line(left, top + ph, left + pw, top + ph, "axis"), Line(left, top, left, top + ph, "axis")]
     return IiaChart(
         width=w,

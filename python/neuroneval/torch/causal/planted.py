@@ -17,6 +17,7 @@ random subspace of the same size should not.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,7 +122,11 @@ def _losses(
 
 
 def train_planted_model(
-    *, steps: int | None = None, batch_size: int | None = None, seed: int | None = None
+    *,
+    steps: int | None = None,
+    batch_size: int | None = None,
+    seed: int | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> PlantedModel:
     """Train the planted model (a few seconds on two cores; defaults: see `PLANTED_OPTIONS`);
     returns it with its accuracy and the planted subspace's IIA on fresh pairs."""
@@ -129,12 +134,12 @@ def train_planted_model(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tensors this small gain nothing from threads; one makes the model the same everywhere
     try:
-        return _train(values["steps"], values["batch_size"], values["seed"])
+        return _train(values["steps"], values["batch_size"], values["seed"], progress)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(steps: int, batch_size: int, seed: int) -> PlantedModel:
+def _train(steps: int, batch_size: int, seed: int, progress: Callable[[str, int, int], None] | None) -> PlantedModel:
     hf = _build(seed)
     model = decompose(hf)
     subspace = DAS(model.d_model, PLANTED_SIZE, seed=seed + 1)
@@ -143,7 +148,9 @@ def _train(steps: int, batch_size: int, seed: int) -> PlantedModel:
     optimizer = torch.optim.Adam(hf.parameters(), lr=3e-3)
     rng = np.random.default_rng(seed)
     hf.train()
-    for _ in range(steps):
+    for step in range(steps):
+        if progress is not None:
+            progress("training the planted model", step, steps)
         plain, swapped, _, _ = _losses(model, subspace, rng, batch_size)
         optimizer.zero_grad()
         (plain + swapped).backward()

