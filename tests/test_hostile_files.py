@@ -458,6 +458,7 @@ COMMANDS: dict[tuple[str, str], list[str]] = {
     ("compare", "--out"): ["compare", "{acts}", "{explanations_table}", "--concepts", "{concepts}",
                            "--out", "{ro}/cmp"],
     ("circuits run", "--out"): ["circuits", "run", "--model", "digit-pair", "--out", "{ro}/run"],
+    ("causal run", "--out"): ["causal", "run", "--model", "planted", "--out", "{ro}/run"],
     ("report", "-o"): ["report", "{results}", "-o", "{ro}/page.html"],
     ("demo", "--out"): ["demo", "--out", "{ro}/demo"],
 }  # fmt: skip
