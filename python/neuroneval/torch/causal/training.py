@@ -20,7 +20,10 @@ from .data import PairBatch
 from .featurizers import DAS, DBM, Featurizer
 from .interventions import intervened_logits
 
-__all__ = ["accuracy", "train_das", "train_dbm", "train_featurizer"]
+__all__ = ["SPARSITY", "accuracy", "train_das", "train_dbm", "train_featurizer"]
+
+#: The weight of the sparsity term of DAS's boundary and DBM's mask.
+SPARSITY = 0.1
 
 
 def _loss(model: DecomposedModel, f: Featurizer, batch: PairBatch, layer: int, position: str) -> torch.Tensor:
@@ -91,7 +94,7 @@ def train_das(
     *,
     epochs: int,
     seed: int,
-    sparsity: float = 0.1,
+    sparsity: float = SPARSITY,
 ) -> DAS:
     """A DAS rotation trained at (layer, position) with its subspace size learned (Boundless
     DAS): the boundary starts at `size`, a `sparsity` term on its fraction of the width keeps it
@@ -121,7 +124,7 @@ def train_dbm(
     *,
     epochs: int,
     seed: int,
-    sparsity: float = 0.1,
+    sparsity: float = SPARSITY,
 ) -> DBM:
     """MIB's DBM over `inner`'s features at (layer, position): a soft mask trained with a
     sparsity term and an annealed temperature, evaluated hard."""
