@@ -19,7 +19,7 @@ from .featurizers import DAS, DBM, PCA, Featurizer, FullVector, Neurons, SAEFeat
 from .interventions import Pass, forward, intervened_logits, residuals
 from .planted import PLANTED_LAYER, PLANTED_OPTIONS, PLANTED_SIZE, PlantedModel, planted_tokenize, train_planted_model
 from .track import causal_track, evaluate_featurizers, load_model, read_layer_saes, split_pairs, train_layer_saes
-from .training import accuracy, train_das, train_dbm
+from .training import train_das, train_dbm
 
 __all__ = [
     "DAS",
@@ -35,7 +35,6 @@ __all__ = [
     "Pass",
     "PlantedModel",
     "SAEFeatures",
-    "accuracy",
     "causal_track",
     "evaluate_featurizers",
     "forward",

@@ -31,7 +31,8 @@ Tokenize = Callable[[str], Sequence[int]]
 
 @dataclass
 class PairBatch:
-    """Pairs of one dataset with equal prompt lengths: their runs, positions and expected token."""
+    """Pairs of one dataset (right-padded): their runs, positions, expected token and whether the
+    model gets base and source right (`keep`)."""
 
     index: np.ndarray
     base: Pass
@@ -44,15 +45,14 @@ class PairBatch:
     def __len__(self) -> int:
         return int(self.index.size)
 
-    def kept(self) -> PairBatch | None:
-        """The pairs the model gets right, or None when there is none."""
-        k = self.keep
-        if not bool(k.any()):
+    def rows(self, mask: np.ndarray) -> PairBatch | None:
+        """The pairs where `mask` (bool ``[B]``) holds, or None when there is none."""
+        if not mask.any():
             return None
-
+        k = torch.from_numpy(mask)
         return replace(
             self,
-            index=self.index[k.numpy()],
+            index=self.index[mask],
             base=self.base.rows(k),
             source=self.source.rows(k),
             base_positions={n: t[k] for n, t in self.base_positions.items()},

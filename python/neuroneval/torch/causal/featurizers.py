@@ -34,7 +34,7 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, Self, cast
 
 import numpy as np
 import torch
@@ -98,11 +98,24 @@ class Featurizer(torch.nn.Module):
     #: decode(encode(h)) is h itself (no error term to carry).
     exact = False
 
-    def describe(self) -> dict[str, Any]:
-        """What the run records of it: its kind, its features, how many are swapped."""
-        m = self.mask()
-        swapped = int(m.sum()) if m.dtype == torch.bool else float(m.sum())
-        return {"featurizer": self.name, "n_features": self.n_features, "swapped": swapped}
+    @property
+    def n_swapped(self) -> float:
+        """How many features an interchange swaps (a soft mask's sum while one trains)."""
+        return float(self.mask().sum())
+
+
+class _Selected(Featurizer):
+    """A featurizer whose interchange swaps a fixed selection of its features (`select`)."""
+
+    selected: Tensor
+
+    def mask(self) -> Tensor:
+        return self.selected
+
+    def select(self, selection: Sequence[int] | Tensor | np.ndarray) -> Self:
+        """Swap the features at the indices `selection` from now on."""
+        self.selected = _bool_mask(self.n_features, selection, f"{self.name} feature")
+        return self
 
 
 def _bool_mask(n: int, selection: Sequence[int] | Tensor | np.ndarray, what: str) -> Tensor:
@@ -124,7 +137,7 @@ class FullVector(Featurizer):
         return torch.ones(self.width, dtype=torch.bool)
 
 
-class Neurons(Featurizer):
+class Neurons(_Selected):
     """The identity with a selection of neurons (indices into the hidden vector)."""
 
     name = "neurons"
@@ -132,14 +145,10 @@ class Neurons(Featurizer):
 
     def __init__(self, width: int, selection: Sequence[int] | Tensor | np.ndarray) -> None:
         super().__init__(width)
-        self.selected: Tensor
-        self.register_buffer("selected", _bool_mask(width, selection, "neuron"))
-
-    def mask(self) -> Tensor:
-        return self.selected
+        self.register_buffer("selected", _bool_mask(width, selection, "neuron feature"))
 
 
-class PCA(Featurizer):
+class PCA(_Selected):
     """Principal components of `hidden` (rows, width), all of them: f = (h - mean) V^T, h = f V + mean.
     `selection` indexes the components, by decreasing variance."""
 
@@ -157,11 +166,10 @@ class PCA(Featurizer):
         self.mean: Tensor
         self.components: Tensor
         self.variance: Tensor
-        self.selected: Tensor
         self.register_buffer("mean", mean.to(hidden.dtype))
         self.register_buffer("components", vectors[:, order].T.contiguous().to(hidden.dtype))
         self.register_buffer("variance", values[order].clamp_min(0).to(hidden.dtype))
-        self.register_buffer("selected", _bool_mask(self.width, [] if selection is None else selection, "component"))
+        self.register_buffer("selected", _bool_mask(self.width, [] if selection is None else selection, "pca feature"))
 
     def encode(self, h: Tensor) -> Tensor:
         return (h - self.mean) @ self.components.T
@@ -169,15 +177,8 @@ class PCA(Featurizer):
     def decode(self, f: Tensor) -> Tensor:
         return f @ self.components + self.mean
 
-    def mask(self) -> Tensor:
-        return self.selected
 
-    def select(self, selection: Sequence[int]) -> PCA:
-        self.selected = _bool_mask(self.width, selection, "component")
-        return self
-
-
-class SAEFeatures(Featurizer):
+class SAEFeatures(_Selected):
     """A sparse autoencoder's latents; the decoder ``f W_dec + b_dec`` back, the base's error kept."""
 
     name = "sae"
@@ -189,10 +190,9 @@ class SAEFeatures(Featurizer):
         self.encoder = SAEEncoder(sae)
         self.w_dec: Tensor
         self.b_dec: Tensor
-        self.selected: Tensor
         self.register_buffer("w_dec", torch.tensor(np.ascontiguousarray(sae.W_dec, dtype=np.float32)))
         self.register_buffer("b_dec", torch.tensor(np.ascontiguousarray(sae.b_dec, dtype=np.float32)))
-        self.register_buffer("selected", _bool_mask(sae.d_sae, [] if selection is None else selection, "latent"))
+        self.register_buffer("selected", _bool_mask(sae.d_sae, [] if selection is None else selection, "sae feature"))
 
     @property
     def n_features(self) -> int:
@@ -205,13 +205,6 @@ class SAEFeatures(Featurizer):
 
     def decode(self, f: Tensor) -> Tensor:
         return f @ self.w_dec.to(f.dtype) + self.b_dec.to(f.dtype)
-
-    def mask(self) -> Tensor:
-        return self.selected
-
-    def select(self, selection: Sequence[int]) -> SAEFeatures:
-        self.selected = _bool_mask(self.n_features, selection, "latent")
-        return self
 
 
 class DAS(Featurizer):

@@ -58,21 +58,6 @@ Progress = Callable[[str, int, int], None]
 Tokenize = Callable[[str], Sequence[int]]
 
 
-def _rows(batch: PairBatch, mask: np.ndarray) -> PairBatch | None:
-    if not mask.any():
-        return None
-    k = torch.from_numpy(mask)
-    return PairBatch(
-        batch.index[mask],
-        batch.base.rows(k),
-        batch.source.rows(k),
-        {n: t[k] for n, t in batch.base_positions.items()},
-        {n: t[k] for n, t in batch.source_positions.items()},
-        batch.expected[k],
-        batch.keep[k],
-    )
-
-
 def split_pairs(
     batches: Sequence[PairBatch], n_train: int, n_test: int, name: str
 ) -> tuple[list[PairBatch], list[PairBatch]]:
@@ -94,7 +79,7 @@ def split_pairs(
     out: tuple[list[PairBatch], list[PairBatch]] = ([], [])
     for part, chosen in zip(out, (train, test), strict=True):
         for b in batches:
-            sub = _rows(b, np.fromiter((i in chosen for i in b.index), dtype=bool, count=len(b)))
+            sub = b.rows(np.fromiter((i in chosen for i in b.index), dtype=bool, count=len(b)))
             if sub is not None:
                 part.append(sub)
     return out
@@ -260,7 +245,7 @@ def _evaluate_job(
         began = time.perf_counter()
         featurizer = _featurizer(name, model, fits[(layer, pos)], train, layer, pos, opts)
         fitting += time.perf_counter() - began
-        swapped[li, pi] = featurizer.describe()["swapped"]
+        swapped[li, pi] = featurizer.n_swapped
         for d in datasets:
             hit[d.name][li, pi] = unit_hits(model, splits[d.name][1], len(d), layer, pos, featurizer)
     keep = {d.name: _test_mask(splits[d.name][1], len(d)) for d in datasets}

@@ -20,7 +20,7 @@ from .data import PairBatch
 from .featurizers import DAS, DBM, Featurizer
 from .interventions import intervened_logits
 
-__all__ = ["SPARSITY", "accuracy", "train_das", "train_dbm", "train_featurizer"]
+__all__ = ["SPARSITY", "train_das", "train_dbm", "train_featurizer"]
 
 #: The weight of the sparsity term of DAS's boundary and DBM's mask.
 SPARSITY = 0.1
@@ -70,19 +70,6 @@ def train_featurizer(
         for p, r in zip(model.model.parameters(), frozen, strict=True):
             p.requires_grad_(r)
     return featurizer
-
-
-def accuracy(model: DecomposedModel, f: Featurizer, batches: Sequence[PairBatch], layer: int, position: str) -> float:
-    """IIA of `f` at (layer, position) over the pairs of `batches` (kept pairs)."""
-    right = total = 0
-    with torch.no_grad():
-        for b in batches:
-            logits = intervened_logits(
-                model, b.base, b.source, layer, b.base_positions[position], b.source_positions[position], f
-            )
-            right += int((logits.argmax(-1) == b.expected).sum())
-            total += len(b)
-    return right / max(total, 1)
 
 
 def train_das(
