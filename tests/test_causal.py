@@ -120,6 +120,7 @@ from neuroneval.torch.causal import (  # noqa: E402
     PCA,
     FullVector,
     Neurons,
+    Pass,
     SAEFeatures,
     evaluate_featurizers,
     forward,
@@ -354,3 +355,48 @@ def test_padded_batches_give_what_each_prompt_gives_alone(tiny):
             model, alone_b, alone_s, 1, base_pos[i : i + 1], source_pos[i : i + 1], Neurons(32, range(0, 32, 3))
         )
         torch.testing.assert_close(together[i], alone[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_runs_merged_with_zero_padding_give_what_each_gives_alone(tiny, cached):
+    """`Pass.concat` pads shorter runs with zeros (and their keys and values, when computed
+    before the merge): the merged batch's intervened logits are each run's own."""
+    _, model = tiny
+    g = torch.Generator().manual_seed(6)
+    bases = [forward(model, torch.randint(0, 50, (2, n), generator=g)) for n in (4, 9, 6)]
+    sources = [forward(model, torch.randint(0, 50, (2, n), generator=g)) for n in (7, 5, 9)]
+    if cached:
+        for run in bases:
+            run.keys_values(model)
+    base_pos, source_pos = torch.tensor([1, 3, 6, 2, 0, 5]), torch.tensor([3, 6, 0, 4, 8, 7])
+    featurizer = Neurons(32, range(1, 32, 2))
+    merged = intervened_logits(model, Pass.concat(bases), Pass.concat(sources), 0, base_pos, source_pos, featurizer)
+    for i in range(3):
+        rows = slice(2 * i, 2 * i + 2)
+        alone = intervened_logits(model, bases[i], sources[i], 0, base_pos[rows], source_pos[rows], featurizer)
+        torch.testing.assert_close(merged[rows], alone, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_iia_does_not_depend_on_the_batch_size(planted):
+    """Pairs run in batches of 3 or of 32 (merged after the filter and the split by `regroup`)
+    give the same hits."""
+    runs = [
+        evaluate_featurizers(
+            planted.decomposed,
+            planted_task(),
+            planted_tokenize,
+            model_name="planted",
+            featurizers=["full", "pca"],
+            layers=[0],
+            n_train=8,
+            n_test=16,
+            n_boot=10,
+            batch_size=b,
+        )  # fmt: skip
+        for b in (3, 32)
+    ]
+    for a, b in zip(runs[0].results, runs[1].results, strict=True):
+        assert a.hits.keys() == b.hits.keys()
+        for name in a.hits:
+            np.testing.assert_array_equal(a.hits[name], b.hits[name])

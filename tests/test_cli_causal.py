@@ -63,6 +63,8 @@ def test_bad_arguments_and_directories_are_named(tmp_path: Path, capfd: pytest.C
     assert_one_line_error(code, err, 2, "--layers")
     code, _, err = run([*base, "--model", "planted", "--n-test", "0"], capfd)
     assert_one_line_error(code, err, 2, "n_test")
+    code, _, err = run([*base, "--model", "planted", "--dtype", "float16"], capfd)
+    assert_one_line_error(code, err, 2, "--dtype", "float16")
     code, _, err = run([*base, "--model", "planted", "--sae", tmp_path / "nowhere"], capfd)
     assert_one_line_error(code, err, 2, "--sae", "nowhere")
     assert not (tmp_path / "out").exists()
@@ -78,13 +80,27 @@ def test_run_on_the_planted_model_writes_a_run_that_reads_back(
 ) -> None:
     out = tmp_path / "planted"
     code, printed, err = run(
-        ["causal", "run", "--model", "planted", "--featurizers", "full,das,random", "--n-boot", "50", "--out", out],
+        [
+            "causal",
+            "run",
+            "--model",
+            "planted",
+            "--featurizers",
+            "full,das,random",
+            "--n-boot",
+            "50",
+            "--dtype",
+            "bfloat16",
+            "--out",
+            out,
+        ],  # fmt: skip
         capfd,
     )
     assert code == 0, err
     back = read_causal_run(out)
     assert printed.splitlines()[: len(back.results) + 1] == format_causal_table(causal_table([back])).splitlines()
     assert back.layers == (0, 1) and back.positions == ("a", "b", "c", "last")
+    assert back.options["dtype"] == "bfloat16"  # the model ran in bfloat16, and DAS still finds the variable
     das, rand = back.result("das", "s"), back.result("random", "s")
     assert das.unit_iia[0, 3] >= 0.95 and rand.unit_iia[0, 3] <= 0.6
     assert das.swapped is not None and rand.swapped is not None and back.result("full", "s").swapped is not None

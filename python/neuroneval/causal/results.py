@@ -26,6 +26,7 @@ from .iia import IIA_BOOTSTRAP_OPTIONS
 __all__ = [
     "CAUSAL_FEATURIZERS",
     "CAUSAL_MODELS",
+    "CAUSAL_MODEL_OPTIONS",
     "CAUSAL_OPTIONS",
     "CAUSAL_SAE_OPTIONS",
     "CAUSAL_RUN_FILE",
@@ -64,7 +65,24 @@ CAUSAL_OPTIONS = (
             metavar="K",
         ),
         Option("epochs", "integer", 4, "passes over the training pairs that train DAS and DBM", low=1, metavar="N"),
-        Option("batch_size", "integer", 32, "pairs per pass", low=1, metavar="N"),
+        Option(
+            "das_lr",
+            "real",
+            0.01,
+            "DAS's learning rate (its size learns 10 times faster); a run of few steps needs more: "
+            "about 0.04 for SmolLM2 at 8 steps",
+            low=0.0,
+            low_open=True,
+            metavar="LR",
+        ),
+        Option(
+            "batch_size",
+            "integer",
+            32,
+            "pairs per plain pass and per training step (a dataset's test pairs run in one pass)",
+            low=1,
+            metavar="N",
+        ),
     )
     + IIA_BOOTSTRAP_OPTIONS
 )
@@ -77,6 +95,18 @@ CAUSAL_SAE_OPTIONS = Options(
     Option("sae_k", "integer", 32, "latents a TopK SAE keeps per vector", low=1, metavar="K"),
     Option("sae_prompts", "integer", 512, "task prompts whose hidden vectors train the SAEs", low=2, metavar="N"),
     Option("sae_epochs", "integer", 5, "passes over them", low=1, metavar="N"),
+)
+#: The options of the named models a run loads (`causal_track`; a model handed to
+#: `evaluate_featurizers` runs as it is).
+CAUSAL_MODEL_OPTIONS = Options(
+    Option(
+        "dtype",
+        "choice",
+        "float32",
+        "the model's precision; bfloat16 runs about twice as fast on CPUs with AMX or AVX-512 BF16 "
+        "(the featurizers compute in float32 either way)",
+        choices=("float32", "bfloat16"),
+    ),
 )
 #: The models a run knows and the tasks each runs (the first is the default).
 CAUSAL_MODELS = {"smollm2": ("ioi", "arithmetic"), "planted": ("planted",)}

@@ -12,6 +12,7 @@ from typing import Any
 
 from neuroneval.causal.results import (
     CAUSAL_FEATURIZERS,
+    CAUSAL_MODEL_OPTIONS,
     CAUSAL_MODELS,
     CAUSAL_OPTIONS,
     CAUSAL_RUN_FILE,
@@ -107,6 +108,7 @@ def add(commands: Any) -> None:
                    help="a directory of layer_<l>/ SAELens SAEs for the sae featurizers (default: train one per layer here)")  # fmt: skip
     CAUSAL_OPTIONS.add_arguments(p)
     CAUSAL_SAE_OPTIONS.add_arguments(p)
+    CAUSAL_MODEL_OPTIONS.add_arguments(p)
     p.add_argument("--out", required=True, type=output_dir, metavar="DIR", help="the run directory to write")
     p.add_argument("--quiet", action="store_true", help="no progress and no table")
     p.set_defaults(command=run)
@@ -141,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
         )
     options = CAUSAL_OPTIONS.resolve(**CAUSAL_OPTIONS.from_args(args))
     sae_options = CAUSAL_SAE_OPTIONS.resolve(**CAUSAL_SAE_OPTIONS.from_args(args))
+    model_options = CAUSAL_MODEL_OPTIONS.resolve(**CAUSAL_MODEL_OPTIONS.from_args(args))
     if args.sae is not None and not Path(args.sae).is_dir():
         raise SourceError(f"--sae {args.sae} is not a directory of layer_<l>/ SAELens SAEs")
     out = Path(args.out)
@@ -150,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result, saes = causal_track(
             model=args.model, task=task, featurizers=args.featurizers or list(ALL), layers=args.layers,
-            sae=args.sae, progress=stages, **options, **sae_options,
+            sae=args.sae, progress=stages, **options, **sae_options, **model_options,
         )  # fmt: skip
     except ModuleNotFoundError as e:  # a package the model needs, imported as it loads (transformers)
         raise ParameterError(

@@ -5,7 +5,7 @@ interchange interventions, DAS and DBM training, the planted model, the track en
   (`featurizers`);
 - `forward`, `intervened_logits`: one base and one source pass per batch, then the model from
   the intervened layer and position on (`interventions`);
-- `prepare`, `unit_hits`: a counterfactual dataset's pairs on a model (`data`);
+- `prepare`, `regroup`, `unit_hits`: a counterfactual dataset's pairs on a model (`data`);
 - `train_das`, `train_dbm` (`training`);
 - `train_planted_model`: a small transformer holding a variable in a known subspace (`planted`);
 - `evaluate_featurizers`: IIA of every featurizer on every variable of a task; `causal_track`
@@ -14,7 +14,7 @@ interchange interventions, DAS and DBM training, the planted model, the track en
 
 from __future__ import annotations
 
-from .data import PairBatch, prepare, unit_hits
+from .data import PairBatch, prepare, regroup, unit_hits
 from .featurizers import DAS, DBM, PCA, Featurizer, FullVector, Neurons, SAEFeatures, top_variance
 from .interventions import Pass, forward, intervened_logits, residuals
 from .planted import PLANTED_LAYER, PLANTED_OPTIONS, PLANTED_SIZE, PlantedModel, planted_tokenize, train_planted_model
@@ -43,6 +43,7 @@ __all__ = [
     "planted_tokenize",
     "prepare",
     "read_layer_saes",
+    "regroup",
     "residuals",
     "split_pairs",
     "top_variance",

@@ -23,7 +23,7 @@ from ..circuits.models import DecomposedModel
 from .featurizers import Featurizer
 from .interventions import Pass, forward, intervened_logits
 
-__all__ = ["PairBatch", "prepare", "unit_hits"]
+__all__ = ["PairBatch", "prepare", "regroup", "unit_hits"]
 
 Tensor = torch.Tensor
 Tokenize = Callable[[str], Sequence[int]]
@@ -60,6 +60,35 @@ class PairBatch:
             expected=self.expected[k],
             keep=self.keep[k],
         )
+
+    @staticmethod
+    def concat(batches: Sequence[PairBatch]) -> PairBatch:
+        """`batches` as one batch (right-padded to the longest prompt)."""
+        first = batches[0]
+        return PairBatch(
+            np.concatenate([b.index for b in batches]),
+            Pass.concat([b.base for b in batches]),
+            Pass.concat([b.source for b in batches]),
+            {n: torch.cat([b.base_positions[n] for b in batches]) for n in first.base_positions},
+            {n: torch.cat([b.source_positions[n] for b in batches]) for n in first.source_positions},
+            torch.cat([b.expected for b in batches]),
+            torch.cat([b.keep for b in batches]),
+        )
+
+
+def regroup(batches: Sequence[PairBatch], batch_size: int) -> list[PairBatch]:
+    """Consecutive `batches` merged into batches of at most `batch_size` pairs: what is left of
+    full batches after the filter and the split runs in as few passes as it fits in."""
+    out: list[PairBatch] = []
+    group: list[PairBatch] = []
+    for b in batches:
+        if group and sum(len(g) for g in group) + len(b) > batch_size:
+            out.append(PairBatch.concat(group))
+            group = []
+        group.append(b)
+    if group:
+        out.append(PairBatch.concat(group))
+    return out
 
 
 def _answer_id(tokenize: Tokenize, text: str) -> int:

