@@ -215,6 +215,40 @@ def test_edge_scores_round_trip_with_a_circuit(tmp_path: Path) -> None:
     assert edge_names(GRAPH) == list(doc["edges"])
 
 
+def test_a_runs_files_load_in_mibs_loader(tmp_path: Path) -> None:
+    """EAP-IG's Graph.from_json, as MIB's evaluation calls it (tests/mib_graph.py, written from
+    its code), loads every score file of a run that knows its model's width, with our scores
+    under its names; the circuit file written with a mask loads with that mask."""
+    from dataclasses import replace
+
+    from mib_graph import mib_from_json
+
+    run = replace(make_run(5), d_model=16)
+    run.write(tmp_path / "run")
+    assert read_circuit_run(tmp_path / "run").d_model == 16
+    for m in run.methods:
+        g = mib_from_json(tmp_path / "run" / SCORES_DIR / f"{m.method}.json")
+        assert g.cfg["d_model"] == 16 and g.neurons_in_graph.shape == (1 + 2 * 3, 16)
+        assert np.array_equal([g.edge_scores[n] for n in edge_names(GRAPH)], m.scores)
+        assert all(g.edges_in_graph.values()) and all(g.nodes_in_graph.values())
+    keep = np.zeros(GRAPH.n_edges, dtype=bool)
+    keep[[3, 40]] = True
+    path = write_edge_scores(
+        tmp_path / "c.json", GRAPH, np.arange(GRAPH.n_edges) / 7, in_graph=keep, cfg={"d_model": 16}
+    )
+    g = mib_from_json(path)
+    assert [n for n in edge_names(GRAPH) if g.edges_in_graph[n]] == [edge_names(GRAPH)[3], edge_names(GRAPH)[40]]
+    # A run that does not know the width writes what MIB cannot load: the loader is not vacuous.
+    make_run(5).write(tmp_path / "old")
+    with pytest.raises(KeyError, match="d_model"):
+        mib_from_json(tmp_path / "old" / SCORES_DIR / "eap.json")
+    doc = json.loads(path.read_text())
+    doc["edges"]["input->a9.h0<q>"] = {"score": 0.0, "in_graph": False}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(KeyError, match="a9"):
+        mib_from_json(path)
+
+
 # --------------------------------------------------------------------------- files that do not match
 
 

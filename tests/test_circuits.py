@@ -5,6 +5,7 @@ fixed-point loop, weighted edge counts, and AUROC against its definition."""
 
 from __future__ import annotations
 
+import heapq
 import itertools
 
 import numpy as np
@@ -15,11 +16,13 @@ from neuroneval.circuits import (
     auroc,
     cmd,
     cpr,
+    edge_names,
     faithfulness,
     graph_of,
     mean_faithfulness,
     prune,
     select_edges,
+    select_greedy,
     select_neurons,
     select_nodes,
     transformer_graph,
@@ -215,23 +218,96 @@ def test_weighted_edge_count() -> None:
         weighted_edge_count(g, mask[:-1])
 
 
+def mib_apply_greedy(n_layers: int, n_heads: int, scores: dict[str, float], n_edges: float) -> set[str]:
+    """EAP-IG's ``Graph.apply_greedy(n_edges)`` (absolute, reset, prune; hannamw/EAP-IG at 7af394a,
+    as MIB's ``evaluate_area_under_roc`` calls it), transcribed with its sorted lists merged by
+    ``heapq.merge``: the names of the edges in the circuit. EAP-IG keeps a node's incoming edges
+    in a set, whose order (by the names' hashes) changes from process to process; here they keep
+    the order `Graph.from_model` adds them in (by sender, then q, k, v)."""
+    from mib_graph import _from_model
+
+    node_names, edge_names_, _ = _from_model({"n_layers": n_layers, "n_heads": n_heads, "parallel_attn_mlp": False,
+                                              "d_model": 1})  # fmt: skip
+    in_graph = dict.fromkeys(node_names, False)
+    in_graph["logits"] = True  # the logits node is always in the graph
+    parent_of = {e: e.split("->")[0] for e in edge_names_}
+    child_of = {e: e.split("->")[1].split("<")[0] for e in edge_names_}
+    parent_edges = {n: [e for e in edge_names_ if child_of[e] == n] for n in node_names}
+    chosen = dict.fromkeys(edge_names_, False)
+
+    def key(e: str) -> float:
+        return abs(scores[e])
+
+    candidates = sorted([e for e in edge_names_ if in_graph[child_of[e]]], key=key, reverse=True)
+    stream = heapq.merge(candidates, key=key, reverse=True)
+    while n_edges > 0:
+        n_edges -= 1
+        top = next(stream)
+        chosen[top] = True
+        parent = parent_of[top]
+        if not in_graph[parent]:
+            in_graph[parent] = True
+            stream = heapq.merge(stream, sorted(parent_edges[parent], key=key, reverse=True), key=key, reverse=True)
+    # prune: nodes without incoming (the input excepted) or outgoing edges go, then their edges
+    while True:
+        outgoing = {n: any(chosen[e] and parent_of[e] == n for e in edge_names_) for n in node_names}
+        incoming = {n: n == "input" or any(chosen[e] and child_of[e] == n for e in edge_names_) for n in node_names}
+        new = {n: outgoing[n] and incoming[n] for n in node_names if n != "logits"}
+        same = all(new[n] == in_graph[n] for n in new)
+        in_graph.update(new)
+        for e in edge_names_:
+            chosen[e] = chosen[e] and in_graph[parent_of[e]] and (child_of[e] == "logits" or in_graph[child_of[e]])
+        if same:
+            return {e for e in edge_names_ if chosen[e]}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_greedy_circuits_are_mibs(seed: int) -> None:
+    g = transformer_graph(3, 2)
+    names = edge_names(g)
+    rng = np.random.default_rng(seed)
+    # signed scores, and ties (scores rounded to a grid) across nodes
+    scores = np.round(rng.normal(size=g.n_edges) * rng.choice([0.1, 1.0, 5.0], g.n_edges), 1)
+    for n in [1, 2, 2.5, 0.1 * g.n_edges, 0.2 * g.n_edges, 0.5 * g.n_edges, g.n_edges]:
+        mine = select_greedy(g, scores, n)
+        assert {names[e] for e in np.flatnonzero(mine)} == mib_apply_greedy(
+            3, 2, dict(zip(names, scores, strict=True)), n
+        ), n
+    assert select_greedy(g, scores, g.n_edges).all()
+    with pytest.raises(ParameterError, match="n_edges"):
+        select_greedy(g, scores, g.n_edges + 1)
+
+
+def _area(points: list[tuple[float, float]]) -> float:
+    last = points[-1][0]
+    return sum((b[0] - a[0]) / last * (a[1] + b[1]) / 2 for a, b in itertools.pairwise(points))
+
+
 def test_auroc_by_its_definition() -> None:
     g = transformer_graph(3, 3)
+    names = edge_names(g)
     rng = np.random.default_rng(4)
     truth = rng.random(g.n_edges) < 0.1
     scores = truth + rng.normal(0, 0.6, g.n_edges)
-    points = []
+    greedy, top = [], []
     for fraction in FRACTIONS:
-        top = np.zeros(g.n_edges, dtype=bool)
-        top[np.argsort(-scores, kind="stable")[: int(fraction * g.n_edges)]] = True
-        chosen = slow_prune(g, top)
-        points.append(((chosen & ~truth).sum() / (~truth).sum(), (chosen & truth).sum() / truth.sum()))
-    last = points[-1][0]
-    expected = sum((b[0] - a[0]) / last * (a[1] + b[1]) / 2 for a, b in itertools.pairwise(points))
-    assert auroc(g, scores, truth) == pytest.approx(expected, abs=1e-12)
+        # MIB's: greedy circuits of fraction * n_edges edges (MIB's evaluate_area_under_roc)
+        kept = mib_apply_greedy(3, 3, dict(zip(names, scores, strict=True)), fraction * g.n_edges)
+        chosen = np.array([n in kept for n in names])
+        greedy.append(((chosen & ~truth).sum() / (~truth).sum(), (chosen & truth).sum() / truth.sum()))
+        # ours: the signed top int(fraction * n_edges), pruned
+        mask = np.zeros(g.n_edges, dtype=bool)
+        mask[np.argsort(-scores, kind="stable")[: int(fraction * g.n_edges)]] = True
+        chosen = slow_prune(g, mask)
+        top.append(((chosen & ~truth).sum() / (~truth).sum(), (chosen & truth).sum() / truth.sum()))
+    assert auroc(g, scores, truth) == pytest.approx(_area(greedy), abs=1e-12)
+    assert auroc(g, scores, truth, selection="top") == pytest.approx(_area(top), abs=1e-12)
+    assert auroc(g, scores, truth) != pytest.approx(auroc(g, scores, truth, selection="top"))
     assert auroc(g, scores, truth) > auroc(g, rng.normal(size=g.n_edges), truth)
     with pytest.raises(ShapeError, match="must hold some edges"):
         auroc(g, scores, np.zeros(g.n_edges, bool))
+    with pytest.raises(ParameterError, match="selection"):
+        auroc(g, scores, truth, selection="signed")
 
 
 def test_node_and_neuron_circuits() -> None:

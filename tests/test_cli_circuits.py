@@ -23,6 +23,7 @@ from neuroneval.circuits.results import (
     CircuitRun,
     MethodCurve,
     circuit_table,
+    edge_names,
     format_circuit_table,
     read_circuit_run,
 )
@@ -259,6 +260,14 @@ def test_run_on_the_digit_pair_model(tmp_path: Path, capfd: pytest.CaptureFixtur
     )
     assert [line.split()[0] for line in stdout.splitlines()[2:5]] == ["random", "eap", "exact"]
     assert sorted(p.name for p in (out / SCORES_DIR).iterdir()) == ["eap.json", "exact.json", "random.json"]
+    # MIB's loader (EAP-IG's Graph.from_json, tests/mib_graph.py) reads each file, scores by name
+    from mib_graph import mib_from_json
+
+    assert result.d_model is not None
+    for m in result.methods:
+        loaded = mib_from_json(out / SCORES_DIR / f"{m.method}.json")
+        assert loaded.cfg["d_model"] == result.d_model
+        assert np.array_equal([loaded.edge_scores[n] for n in edge_names(graph)], m.scores)
     # The run is a table's input too.
     code, table, err = run(["circuits", "table", out], capfd)
     assert (code, err) == (0, "") and table == format_circuit_table([result]) + "\n"

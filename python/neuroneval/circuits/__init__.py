@@ -4,9 +4,11 @@
   heads with query/key/value inputs, MLPs, logits), `Graph`, from its shape or from a Hugging
   Face or transformer-lens model;
 - `select_edges` and `prune`: the circuit at a fraction of the edges, dangling parts removed;
-  `select_nodes`, `select_neurons`: node- and neuron-level circuits;
+  `select_greedy`: MIB's circuit grown from the logits; `select_nodes`, `select_neurons`: node-
+  and neuron-level circuits;
 - `faithfulness`, `cpr`, `cmd`, `mean_faithfulness` at the ten `FRACTIONS`;
-- `weighted_edge_count` with node and neuron masks; `auroc` against a ground-truth circuit;
+- `weighted_edge_count` with node and neuron masks; `auroc` against a ground-truth circuit
+  (MIB's greedy circuits, or ours: `AUROC_SELECTIONS`);
 - `ioi_examples`, `arithmetic_examples`, `tokenize_task`: the tasks' seeded prompt pairs (`tasks`);
 - `CircuitRun`, `MethodCurve`: a run of the track (edge scores, faithfulness curves, CPR, CMD),
   written and read as files, `circuit_table` across runs; `write_edge_scores` and
@@ -37,6 +39,7 @@ from .graph import (
     graph_of,
     prune,
     select_edges,
+    select_greedy,
     select_neurons,
     select_nodes,
     transformer_graph,
@@ -53,10 +56,11 @@ from .results import (
     read_edge_scores,
     write_edge_scores,
 )
-from .scores import FRACTIONS, auroc, cmd, cpr, faithfulness, mean_faithfulness, weighted_edge_count
+from .scores import AUROC_SELECTIONS, FRACTIONS, auroc, cmd, cpr, faithfulness, mean_faithfulness, weighted_edge_count
 from .tasks import TASK_OPTIONS, TASKS, TaskExample, TokenizedTask, arithmetic_examples, ioi_examples, tokenize_task
 
 __all__ = [
+    "AUROC_SELECTIONS",
     "CIRCUIT_TRACK_OPTIONS",
     "FRACTIONS",
     "TASKS",
@@ -87,6 +91,7 @@ __all__ = [
     "mean_faithfulness",
     "prune",
     "select_edges",
+    "select_greedy",
     "select_neurons",
     "select_nodes",
     "transformer_graph",

@@ -21,6 +21,8 @@ Examples
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,6 +40,7 @@ __all__ = [
     "graph_of",
     "prune",
     "select_edges",
+    "select_greedy",
     "select_neurons",
     "select_nodes",
     "transformer_edge_count",
@@ -239,16 +242,69 @@ def select_edges(graph: Graph, scores: object, fraction: float, *, absolute: boo
 
     SPEC section 7: the signed score for CPR, the absolute score for CMD.
     """
-    s = as_real_array(scores, "edge scores", ndim=1)
-    if s.size != graph.n_edges:
-        raise ShapeError(f"edge scores have {s.size} entries; the graph has {graph.n_edges} edges")
-    if not np.isfinite(s).all():
-        raise ShapeError(f"edge score {int(np.flatnonzero(~np.isfinite(s))[0])} is not finite")
+    s = _checked_scores(graph, scores)
     fraction = check_between(fraction, "fraction", 0.0, 1.0, closed="right")
     key = np.abs(s) if check_flag(absolute, "absolute") else s
     count = int(fraction * graph.n_edges)
     mask = np.zeros(graph.n_edges, dtype=bool)
     mask[np.argsort(-key, kind="stable")[:count]] = True
+    return prune(graph, mask)
+
+
+def _checked_scores(graph: Graph, scores: object) -> npt.NDArray[np.float64]:
+    s = as_real_array(scores, "edge scores", ndim=1)
+    if s.size != graph.n_edges:
+        raise ShapeError(f"edge scores have {s.size} entries; the graph has {graph.n_edges} edges")
+    if not np.isfinite(s).all():
+        raise ShapeError(f"edge score {int(np.flatnonzero(~np.isfinite(s))[0])} is not finite")
+    return s
+
+
+def select_greedy(graph: Graph, scores: object, n_edges: float, *, absolute: bool = True) -> BoolArray:
+    """MIB's circuit of `n_edges` edges (EAP-IG's ``Graph.apply_greedy``, as MIB's InterpBench
+    AUROC calls it): grown from the logits, each step taking the best-scored edge into a node
+    already in the circuit (the logits at first), a sender joining the circuit with it; then
+    `prune`d. A fractional `n_edges` takes ``ceil`` of it, counted down by one as EAP-IG counts.
+
+    Ties go as EAP-IG's merged sorted lists send them: an edge that became a candidate earlier
+    first; among one node's inputs, by sender, then query, key, value (the order EAP-IG adds
+    them in; it keeps them in a set, whose order changes from process to process).
+
+    Examples
+    --------
+    >>> g = transformer_graph(1, 1)   # input, a0.h0, m0, logits
+    >>> s = np.array([0.0, 0.0, 0.0, 5.0, 0.0, 0.0, 0.0, 1.0])   # input -> m0 scores high
+    >>> select_edges(g, s, 0.125).nonzero()[0].tolist()          # the top edge alone dangles
+    []
+    >>> select_greedy(g, s, 2).nonzero()[0].tolist()             # m0 -> logits, then input -> m0
+    [3, 7]
+    """
+    s = _checked_scores(graph, scores)
+    n = check_between(n_edges, "n_edges", 0.0, float(graph.n_edges), closed="right")
+    key = np.abs(s) if check_flag(absolute, "absolute") else s
+    into: list[list[int]] = [[] for _ in range(graph.n_nodes)]
+    for e in np.lexsort((np.arange(graph.n_edges), graph.senders, -key)).tolist():
+        into[graph.receivers[e]].append(e)
+    joined = np.zeros(graph.n_nodes, dtype=bool)
+    joined[-1] = True
+    candidates: list[tuple[float, int, int, int]] = []
+    batches = itertools.count()  # the candidates of a node joined earlier come first on ties
+
+    def join(node: int) -> None:
+        batch = next(batches)
+        for position, e in enumerate(into[node]):
+            heapq.heappush(candidates, (-float(key[e]), batch, position, e))
+
+    join(graph.n_nodes - 1)
+    mask = np.zeros(graph.n_edges, dtype=bool)
+    while n > 0:
+        n -= 1
+        e = heapq.heappop(candidates)[3]
+        mask[e] = True
+        sender = int(graph.senders[e])
+        if not joined[sender]:
+            joined[sender] = True
+            join(sender)
     return prune(graph, mask)
 
 

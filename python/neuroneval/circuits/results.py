@@ -320,6 +320,9 @@ class CircuitRun:
         Integration steps of EAP-IG on inputs; the seed of the run.
     activation_steps : int, optional
         Integration steps of EAP-IG on activations (default: `steps`).
+    d_model : int, optional
+        The model's hidden size, written into the score files' ``cfg``: MIB's (EAP-IG's)
+        ``Graph.from_json`` needs it (None for a run that does not know it).
     fractions : tuple of float
         The circuit sizes, as fractions of the edges (`FRACTIONS`), increasing in (0, 1].
     full, empty : float
@@ -342,10 +345,13 @@ class CircuitRun:
     empty: float
     methods: tuple[MethodCurve, ...]
     activation_steps: int | None = None
+    d_model: int | None = None
 
     def __post_init__(self) -> None:
         if self.activation_steps is None:
             object.__setattr__(self, "activation_steps", self.steps)
+        if self.d_model is not None:
+            object.__setattr__(self, "d_model", check_integer(self.d_model, "d_model", minimum=1))
         _text(self.model, "model")
         _text(self.task, "task")
         if self.ablation not in ABLATIONS:
@@ -491,6 +497,7 @@ class CircuitRun:
             "n_eval": self.n_eval,
             "steps": self.steps,
             "activation_steps": self.activation_steps,
+            "d_model": self.d_model,
             "seed": self.seed,
             "fractions": list(self.fractions),
             "full": self.full,
@@ -510,7 +517,9 @@ class CircuitRun:
         with writing(old, "removing the previous run's settings"):
             old.unlink(missing_ok=True)
         graph = self.graph()
-        cfg = {"n_layers": self.n_layers, "n_heads": self.n_heads}
+        cfg: dict[str, Any] = {"n_layers": self.n_layers, "n_heads": self.n_heads}
+        if self.d_model is not None:
+            cfg["d_model"] = self.d_model
         scores = {f"{m.method}.json": _scores_writer(graph, m.scores, cfg) for m in self.methods}
         written = write_files_atomic(directory / SCORES_DIR, scores)
         document = json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n"
@@ -689,6 +698,7 @@ def read_circuit_run(directory: str | os.PathLike[str]) -> CircuitRun:
         "n_eval": r.integer(doc, "n_eval", 1),
         "steps": r.integer(doc, "steps", 1),
         "activation_steps": r.integer(doc, "activation_steps", 1) if "activation_steps" in doc else None,
+        "d_model": None if doc.get("d_model") is None else r.integer(doc, "d_model", 1),
         "seed": r.integer(doc, "seed", 0),
         "full": r.number(r.get(doc, "full"), "'full'"),
         "empty": r.number(r.get(doc, "empty"), "'empty'"),

@@ -18,9 +18,18 @@ import numpy.typing as npt
 
 from .._coerce import as_real_array
 from ..errors import NonFiniteError, ParameterError, ShapeError
-from .graph import Graph, select_edges
+from .graph import Graph, select_edges, select_greedy
 
-__all__ = ["FRACTIONS", "auroc", "cmd", "cpr", "faithfulness", "mean_faithfulness", "weighted_edge_count"]
+__all__ = [
+    "AUROC_SELECTIONS",
+    "FRACTIONS",
+    "auroc",
+    "cmd",
+    "cpr",
+    "faithfulness",
+    "mean_faithfulness",
+    "weighted_edge_count",
+]
 
 #: The ten circuit sizes, as fractions of the graph's edges.
 FRACTIONS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -107,10 +116,17 @@ def weighted_edge_count(graph: Graph, edges: Any, *, node_mask: Any = None, neur
     return float(weight[graph.senders[mask]].sum())
 
 
-def auroc(graph: Graph, scores: Any, truth: Any, fractions: Any = FRACTIONS) -> float:
-    """InterpBench's AUROC of edge scores against a ground-truth circuit (a bool edge mask): at
-    each fraction the circuit `select_edges` makes (signed scores) gives a TPR and an FPR; the
-    area is the trapezoid over (FPR / last FPR, TPR), with no (0, 0) anchor.
+#: How `auroc` makes the circuit at each fraction: MIB's greedy growth from the logits on
+#: absolute scores (`select_greedy`, ``fraction * n_edges`` edges), or the signed top
+#: ``int(fraction * n_edges)`` edges, pruned (`select_edges`, the circuits CPR scores).
+AUROC_SELECTIONS = ("greedy", "top")
+
+
+def auroc(graph: Graph, scores: Any, truth: Any, fractions: Any = FRACTIONS, *, selection: str = "greedy") -> float:
+    """InterpBench's AUROC of edge scores against a ground-truth circuit (a bool edge mask), as
+    MIB computes it: at each fraction the circuit of `selection` (`AUROC_SELECTIONS`; MIB's
+    greedy one by default) gives a TPR and an FPR; the area is the trapezoid over
+    (FPR / last FPR, TPR), with no (0, 0) anchor.
 
     Raises
     ------
@@ -121,10 +137,15 @@ def auroc(graph: Graph, scores: Any, truth: Any, fractions: Any = FRACTIONS) -> 
     positives, negatives = int(t.sum()), int((~t).sum())
     if positives == 0 or negatives == 0:
         raise ShapeError("the ground-truth circuit must hold some edges and leave some out")
+    if selection not in AUROC_SELECTIONS:
+        raise ParameterError(f"selection must be one of {', '.join(AUROC_SELECTIONS)}; got {selection!r}")
     k = as_real_array(fractions, "fractions", ndim=1)
     tpr, fpr = np.empty(k.size), np.empty(k.size)
     for i, fraction in enumerate(k):
-        chosen = select_edges(graph, scores, float(fraction))
+        if selection == "greedy":
+            chosen = select_greedy(graph, scores, float(fraction) * graph.n_edges)
+        else:
+            chosen = select_edges(graph, scores, float(fraction))
         tpr[i] = (chosen & t).sum() / positives
         fpr[i] = (chosen & ~t).sum() / negatives
     if fpr[-1] == 0:

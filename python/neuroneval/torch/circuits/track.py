@@ -183,6 +183,7 @@ def evaluate_methods(
         ablation=ablation_,
         n_layers=model.n_layers,
         n_heads=model.n_heads,
+        d_model=model.d_model,
         n_score=sum(len(b) for b in score_batches),
         n_eval=sum(len(b) for b in eval_batches),
         steps=steps_,
