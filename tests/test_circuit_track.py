@@ -80,9 +80,16 @@ def test_methods_find_the_known_circuit(known) -> None:
 
 
 def test_the_track_writes_a_run_that_reads_back(tmp_path: Path) -> None:
+    reports: dict[str, list[tuple[int, int]]] = {}
     result = circuit_track(
-        model="digit-pair", task="digit-pair", methods=["random", "eap"], n_score=32, n_eval=32, train_steps=30
-    )
+        model="digit-pair", task="digit-pair", methods=["random", "eap"], n_score=32, n_eval=32, train_steps=30,
+        progress=lambda stage, done, total: reports.setdefault(stage, []).append((done, total)),
+    )  # fmt: skip
+    # every stage's bar counts its work up to its end: the 30 training steps, the 2 methods
+    assert reports["training the digit-pair model"] == [(i, 30) for i in range(31)]
+    assert reports["scoring edges by 2 methods"] == [(0, 2), (1, 2), (1, 2), (2, 2)]
+    assert all(r[-1][0] == r[-1][1] for r in reports.values()), reports
+    assert result.d_model == 64
     result.write(tmp_path / "run")
     back = read_circuit_run(tmp_path / "run")
     assert back.method_names == ["random", "eap"]

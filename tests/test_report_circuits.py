@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -145,7 +146,7 @@ def axes(svg: Node) -> tuple:  # type: ignore[type-arg]
 
 
 def test_a_run_directory_alone(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    r = make_run("digit-pair", ("exact", "random", "eap", "eap-ig-inputs"))
+    r = replace(make_run("digit-pair", ("exact", "random", "eap", "eap-ig-inputs")), activation_steps=2)
     r.write(tmp_path / "dp")
     doc = parse(report.render_report(tmp_path / "dp"))
     section = doc.find("section", id="circuits")
@@ -157,6 +158,7 @@ def test_a_run_directory_alone(tmp_path: Path, capfd: pytest.CaptureFixture[str]
     check_run(section, 0, r)
     facts = " ".join(section.find("ul", class_="facts").text().split())
     assert f"{GRAPH.n_edges} edges (2 layers of 2 heads)" in facts and "m(full) 2, m(empty) -1" in facts
+    assert "EAP-IG: 5 integration steps on inputs, 2 on activations" in facts  # the steps that ran
     code, out, err = run(["report", tmp_path / "dp"], capfd)
     assert code == 0 and err == "" and (tmp_path / "dp" / "report.html").is_file()
 

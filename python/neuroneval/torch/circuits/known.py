@@ -19,6 +19,7 @@ attention query of ``a0.h0`` is left out, because it is the same for every examp
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -149,10 +150,14 @@ def _loss_and_accuracy(
 
 
 def train_known_circuit_model(
-    *, steps: int | None = None, batch_size: int | None = None, seed: int | None = None
+    *,
+    steps: int | None = None,
+    batch_size: int | None = None,
+    seed: int | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> KnownCircuitModel:
     """Train the digit-pair model (about a minute for the default steps on two cores; defaults:
-    see `KNOWN_MODEL_OPTIONS`).
+    see `KNOWN_MODEL_OPTIONS`); `progress` gets ``(stage, steps done, steps)`` as it trains.
 
     Returns the model with its accuracy on fresh examples, unpatched and with everything but
     the known circuit patched from other examples.
@@ -161,12 +166,14 @@ def train_known_circuit_model(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tensors this small gain nothing from threads; one makes the model the same everywhere
     try:
-        return _train(values["steps"], values["batch_size"], values["seed"])
+        return _train(values["steps"], values["batch_size"], values["seed"], progress)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(steps: int, batch_size: int, seed: int) -> KnownCircuitModel:
+def _train(
+    steps: int, batch_size: int, seed: int, progress: Callable[[str, int, int], None] | None
+) -> KnownCircuitModel:
     model = _build(seed)
     decomposed = decompose(model)
     mask = known_circuit_mask(decomposed.graph)
@@ -180,7 +187,9 @@ def _train(steps: int, batch_size: int, seed: int) -> KnownCircuitModel:
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-3, total_steps=steps, pct_start=0.1)
     rng = np.random.default_rng(seed)
     model.train()
-    for _ in range(steps):
+    for step in range(steps):
+        if progress is not None:
+            progress("training the digit-pair model", step, steps)
         draw = int(rng.integers(2**31))
         batch, other = digit_pair_batches(2 * batch_size, batch_size=batch_size, seed=draw)
         normal, _ = _loss_and_accuracy(decomposed, batch, None, None)
@@ -189,6 +198,8 @@ def _train(steps: int, batch_size: int, seed: int) -> KnownCircuitModel:
         (normal + strict).backward()
         optimizer.step()
         schedule.step()
+    if progress is not None:
+        progress("training the digit-pair model", steps, steps)
     model.eval()
     for p in model.parameters():
         p.requires_grad_(True)

@@ -138,9 +138,11 @@ def evaluate_methods(
         raise EmptyInputError("the circuit track needs examples to score edges and to evaluate circuits")
     graph = model.graph
     scored: list[tuple[str, np.ndarray, float]] = []
+    # one bar over the methods, which closes when the last is done
+    scoring = f"scoring edges by {len(methods)} method{'s' if len(methods) > 1 else ''}"
     for i, method in enumerate(methods):
         if progress is not None:
-            progress(f"scoring {method}", i, len(methods))
+            progress(scoring, i, len(methods))
         start = time.perf_counter()
         requires = [p.requires_grad for p in model.model.parameters()]
         for p in model.model.parameters():  # gradients reach the receivers' inputs only
@@ -152,6 +154,8 @@ def evaluate_methods(
             for p, r in zip(model.model.parameters(), requires, strict=True):
                 p.requires_grad_(r)
         scored.append((method, scores, time.perf_counter() - start))
+        if progress is not None:
+            progress(scoring, i + 1, len(methods))
     # every method's circuits at every fraction, signed then absolute, evaluated together: one
     # clean and one counterfactual cache per batch
     circuits = [
@@ -300,9 +304,7 @@ def circuit_track(
     batch: int = options["batch_size"]
     truth = None
     if model == "digit-pair":
-        if progress is not None:
-            progress("training the digit-pair model", 0, options["train_steps"])
-        known = train_known_circuit_model(steps=options["train_steps"], seed=seed_)
+        known = train_known_circuit_model(steps=options["train_steps"], seed=seed_, progress=progress)
         decomposed, truth = known.decomposed, known.circuit
         # the draws' seeds, wrapped into the seed's domain [0, 2^64)
         score_batches = digit_pair_batches(options["n_score"], batch_size=batch, seed=(seed_ + 101) % 2**64)
