@@ -159,6 +159,8 @@ def test_a_run_directory_alone(tmp_path: Path, capfd: pytest.CaptureFixture[str]
     facts = " ".join(section.find("ul", class_="facts").text().split())
     assert f"{GRAPH.n_edges} edges (2 layers of 2 heads)" in facts and "m(full) 2, m(empty) -1" in facts
     assert "EAP-IG: 5 integration steps on inputs, 2 on activations" in facts  # the steps that ran
+    notes = " ".join(" ".join(p.text().split()) for p in section.find_all("p", class_="note"))
+    assert "log axis" in notes and "CPR and CMD integrate the same points on the linear axis" in notes
     code, out, err = run(["report", tmp_path / "dp"], capfd)
     assert code == 0 and err == "" and (tmp_path / "dp" / "report.html").is_file()
 
