@@ -35,7 +35,7 @@ class MIBGraph:
     neurons_in_graph: np.ndarray
 
 
-def _from_model(cfg: dict[str, Any]) -> tuple[list[str], list[str], np.ndarray]:
+def from_model_names(cfg: dict[str, Any]) -> tuple[list[str], list[str], np.ndarray]:
     """The node and edge names of ``Graph.from_model(cfg, neuron_level=True)`` in its order."""
     n_layers, n_heads = cfg["n_layers"], cfg["n_heads"]
     n_forward = 1 + n_layers * (n_heads + 1)
@@ -77,7 +77,7 @@ def mib_from_json(path: Path) -> MIBGraph:
     with open(path) as f:
         d = json.load(f)
         assert all(k in d.keys() for k in ["cfg", "nodes", "edges"]), "Bad input JSON format - Missing keys"
-    nodes, edges, neurons = _from_model(d["cfg"])
+    nodes, edges, neurons = from_model_names(d["cfg"])
     node_set, edge_set = set(nodes), set(edges)
     in_graph = dict.fromkeys(nodes, False)
     in_graph["logits"] = True  # EAP-IG's LogitNode is always in the graph

@@ -224,9 +224,9 @@ def mib_apply_greedy(n_layers: int, n_heads: int, scores: dict[str, float], n_ed
     ``heapq.merge``: the names of the edges in the circuit. EAP-IG keeps a node's incoming edges
     in a set, whose order (by the names' hashes) changes from process to process; here they keep
     the order `Graph.from_model` adds them in (by sender, then q, k, v)."""
-    from mib_graph import _from_model
+    from mib_graph import from_model_names
 
-    node_names, edge_names_, _ = _from_model({"n_layers": n_layers, "n_heads": n_heads, "parallel_attn_mlp": False,
+    node_names, edge_names_, _ = from_model_names({"n_layers": n_layers, "n_heads": n_heads, "parallel_attn_mlp": False,
                                               "d_model": 1})  # fmt: skip
     in_graph = dict.fromkeys(node_names, False)
     in_graph["logits"] = True  # the logits node is always in the graph

@@ -43,9 +43,6 @@ class Pass:
     top: Tensor
     kv: list[tuple[Tensor, Tensor]] | None = None
 
-    def __len__(self) -> int:
-        return int(self.last.shape[0])
-
     def rows(self, keep: Tensor) -> Pass:
         """The examples where `keep` (bool ``[B]``) holds."""
         kv = None if self.kv is None else [(k[:, keep], v[:, keep]) for k, v in self.kv]

@@ -254,7 +254,7 @@ class DecomposedModel:
         if window is not None and getattr(self.model.config, "use_sliding_window", True) and n_pos > window:
             raise ParameterError(f"prompts of {n_pos} tokens exceed the model's sliding attention window of {window}")
         if self.kind != "gpt2":
-            q, k = self._rotate(q, k, n_pos)
+            q, k = self._rope(q, 0), self._rope(k, 0)
         scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
         causal = torch.ones(n_pos, n_pos, dtype=torch.bool, device=q.device).triu(1)
         scores = scores.masked_fill(causal, torch.finfo(scores.dtype).min)
@@ -330,16 +330,6 @@ class DecomposedModel:
             g_normed = torch.einsum("hbte,hed->hbtd", g, w)
             out.append(torch.func.vmap(lambda c: vjp(c)[0])(g_normed))
         return out
-
-    def _rotate(self, q: Tensor, k: Tensor, n_pos: int) -> tuple[Tensor, Tensor]:
-        positions = torch.arange(n_pos, device=q.device)[None]
-        cos, sin = self.model.model.rotary_emb(q, positions)  # [1, T, hd]
-
-        def rotate_half(x: Tensor) -> Tensor:
-            half = x.shape[-1] // 2
-            return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
     def mlp(self, layer: int, x: Tensor) -> Tensor:
         """The MLP node of `layer` on its input residual ``[B, T, d]``."""
