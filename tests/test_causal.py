@@ -359,8 +359,9 @@ def test_padded_batches_give_what_each_prompt_gives_alone(tiny):
 
 @pytest.mark.parametrize("cached", [False, True])
 def test_runs_merged_with_zero_padding_give_what_each_gives_alone(tiny, cached):
-    """`Pass.concat` pads shorter runs with zeros (and their keys and values, when computed
-    before the merge): the merged batch's intervened logits are each run's own."""
+    """`Pass.concat` pads shorter runs with zeros (keys and values computed before the merge
+    are not carried over, but computed anew): the merged batch's intervened logits are each
+    run's own."""
     _, model = tiny
     g = torch.Generator().manual_seed(6)
     bases = [forward(model, torch.randint(0, 50, (2, n), generator=g)) for n in (4, 9, 6)]

@@ -62,22 +62,14 @@ class Pass:
     @staticmethod
     def concat(passes: Sequence[Pass]) -> Pass:
         """The runs of `passes` as one batch, right-padded with zeros to the longest (a padded
-        position is never read by a real one: attention is causal)."""
+        position is never read by a real one: attention is causal). Keys and values are not
+        merged: the merged run computes its own when an intervention first needs them."""
         n = max(p.hidden[0].shape[1] for p in passes)
-
-        def pad(t: Tensor, dim: int) -> Tensor:
-            widths = [0, 0] * (t.dim() - 1 - dim) + [0, n - t.shape[dim]]
-            return torch.nn.functional.pad(t, widths)
-
-        hidden = [torch.cat([pad(p.hidden[i], 1) for p in passes]) for i in range(len(passes[0].hidden))]
-        kv = None
-        if all(p.kv is not None for p in passes):
-            kv = [
-                tuple(torch.cat([pad(p.kv[i][j], 2) for p in passes], dim=1) for j in range(2))  # type: ignore[index]
-                for i in range(len(passes[0].kv))  # type: ignore[arg-type]
-            ]
-        last = torch.cat([p.last for p in passes])
-        return Pass(hidden, last, torch.cat([p.top for p in passes]), kv)  # type: ignore[arg-type]
+        hidden = [
+            torch.cat([torch.nn.functional.pad(p.hidden[i], (0, 0, 0, n - p.hidden[i].shape[1])) for p in passes])
+            for i in range(len(passes[0].hidden))
+        ]
+        return Pass(hidden, torch.cat([p.last for p in passes]), torch.cat([p.top for p in passes]))
 
 
 def residuals(model: DecomposedModel, tokens: Tensor) -> list[Tensor]:
