@@ -122,11 +122,17 @@ from neuroneval.torch.causal import (  # noqa: E402
     Neurons,
     Pass,
     SAEFeatures,
+    das_trainee,
+    dbm_trainee,
     evaluate_featurizers,
     forward,
     intervened_logits,
     planted_tokenize,
+    prepare,
+    split_pairs,
+    stacked_logits,
     train_planted_model,
+    train_together,
 )
 from neuroneval.torch.circuits import decompose  # noqa: E402
 
@@ -401,3 +407,43 @@ def test_iia_does_not_depend_on_the_batch_size(planted):
         assert a.hits.keys() == b.hits.keys()
         for name in a.hits:
             np.testing.assert_array_equal(a.hits[name], b.hits[name])
+
+
+def test_stacked_interventions_give_each_featurizers_own_logits(tiny):
+    """Several featurizers run as one stacked batch give what each gives alone."""
+    _, model = tiny
+    g = torch.Generator().manual_seed(7)
+    base = forward(model, torch.randint(0, 50, (3, 8), generator=g))
+    source = forward(model, torch.randint(0, 50, (3, 8), generator=g))
+    base_pos, source_pos = torch.tensor([2, 5, 3]), torch.tensor([4, 1, 7])
+    featurizers = [Neurons(32, range(0, 32, 4)), DAS(32, 5, seed=1), FullVector(32)]
+    stacked = stacked_logits(model, base, source, 1, base_pos, source_pos, featurizers)
+    assert stacked.shape == (3, 3, 50)
+    for f, got in zip(featurizers, stacked, strict=True):
+        alone = intervened_logits(model, base, source, 1, base_pos, source_pos, f)
+        torch.testing.assert_close(got, alone, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_featurizers_trained_together_learn_what_each_learns_alone(planted):
+    """DAS and two DBMs trained in one stacked run end where each ends trained alone: their
+    parameters are disjoint and Adam's update is per parameter."""
+    model, task = planted.decomposed, planted_task()
+    data = task.datasets(64, seed=3)[0]
+    train, _ = split_pairs(prepare(model, task, data, planted_tokenize, batch_size=16), 32, 0, data.name)
+
+    def trainees():
+        return [das_trainee(model.d_model, 4, seed=2, lr=0.01), dbm_trainee(FullVector(model.d_model)),
+                dbm_trainee(PCA(train[0].base.hidden[1][:, -1].float()))]  # fmt: skip
+
+    together = train_together(model, trainees(), train, 0, "last", epochs=2, seed=4)
+    for i, trained in enumerate(together):
+        alone = train_together(model, [trainees()[i]], train, 0, "last", epochs=2, seed=4)[0]
+        fresh = trainees()[i].featurizer
+        assert trained.hard and any(
+            float((p - q).detach().abs().max()) > 1e-2
+            for p, q in zip(trained.parameters(), fresh.parameters(), strict=True)
+        )  # it did learn
+        for (name, a), (_, b) in zip(alone.named_parameters(), trained.named_parameters(), strict=True):
+            torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4, msg=name)
+        np.testing.assert_array_equal(trained.mask().detach().numpy(), alone.mask().detach().numpy())

@@ -3,10 +3,11 @@ interchange interventions, DAS and DBM training, the planted model, the track en
 
 - `FullVector`, `Neurons`, `PCA`, `SAEFeatures`, `DAS`, `DBM`: one `Featurizer` interface
   (`featurizers`);
-- `forward`, `intervened_logits`: one base and one source pass per batch, then the model from
-  the intervened layer and position on (`interventions`);
+- `forward`, `intervened_logits`, `stacked_logits`: one base and one source pass per batch, then
+  the model from the intervened layer and position on, for one featurizer or several stacked
+  (`interventions`);
 - `prepare`, `regroup`, `unit_hits`: a counterfactual dataset's pairs on a model (`data`);
-- `train_das`, `train_dbm` (`training`);
+- `train_das`, `train_dbm`, and `train_together` for several at once (`training`);
 - `train_planted_model`: a small transformer holding a variable in a known subspace (`planted`);
 - `evaluate_featurizers`: IIA of every featurizer on every variable of a task; `causal_track`
   the same on a named model, with SAEs read or trained per layer (`track`).
@@ -16,26 +17,29 @@ from __future__ import annotations
 
 from .data import PairBatch, prepare, regroup, unit_hits
 from .featurizers import DAS, DBM, PCA, Featurizer, FullVector, Neurons, SAEFeatures, top_variance
-from .interventions import Pass, forward, intervened_logits, residuals
+from .interventions import Pass, forward, intervened_logits, residuals, stacked_logits
 from .planted import PLANTED_LAYER, PLANTED_OPTIONS, PLANTED_SIZE, PlantedModel, planted_tokenize, train_planted_model
 from .track import causal_track, evaluate_featurizers, load_model, read_layer_saes, split_pairs, train_layer_saes
-from .training import train_das, train_dbm
+from .training import Trainee, das_trainee, dbm_trainee, train_das, train_dbm, train_together
 
 __all__ = [
     "DAS",
     "DBM",
+    "Featurizer",
+    "FullVector",
+    "Neurons",
     "PCA",
     "PLANTED_LAYER",
     "PLANTED_OPTIONS",
     "PLANTED_SIZE",
-    "Featurizer",
-    "FullVector",
-    "Neurons",
     "PairBatch",
     "Pass",
     "PlantedModel",
     "SAEFeatures",
+    "Trainee",
     "causal_track",
+    "das_trainee",
+    "dbm_trainee",
     "evaluate_featurizers",
     "forward",
     "intervened_logits",
@@ -46,10 +50,12 @@ __all__ = [
     "regroup",
     "residuals",
     "split_pairs",
+    "stacked_logits",
     "top_variance",
     "train_das",
     "train_dbm",
     "train_layer_saes",
     "train_planted_model",
+    "train_together",
     "unit_hits",
 ]

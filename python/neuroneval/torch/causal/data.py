@@ -4,8 +4,8 @@ to examples the model gets right, and the hits of interchange interventions.
 `prepare` tokenizes every base and source through the task's prompts, finds each named position
 in both, batches the pairs in order of length (right-padded), and runs one base pass and one
 source pass per batch. A pair is kept when the model's top next token is
-the causal model's output on the base and on the source (MIB's filter). `unit_hits` applies a
-featurizer at one (layer, position) to every pair given.
+the causal model's output on the base and on the source (MIB's filter). `unit_hits` applies
+featurizers (stacked) at one (layer, position) to every pair given.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from neuroneval.errors import ParameterError, ShapeError
 
 from ..circuits.models import DecomposedModel
 from .featurizers import Featurizer
-from .interventions import Pass, forward, intervened_logits
+from .interventions import Pass, forward, stacked_logits
 
 __all__ = ["PairBatch", "prepare", "regroup", "unit_hits"]
 
@@ -141,24 +141,31 @@ def prepare(
     return out
 
 
+#: The most rows (featurizers times pairs) one stacked test pass runs.
+STACKED_ROWS = 512
+
+
 def unit_hits(
     model: DecomposedModel,
     batches: Sequence[PairBatch],
     n: int,
     layer: int,
     position: str,
-    featurizer: Featurizer,
+    featurizers: Sequence[Featurizer],
 ) -> np.ndarray:
-    """Bool ``[n]``: whether the intervened model's top next token is the expected one, per pair
-    index, for `featurizer` at (layer, position) (pairs absent from `batches` stay False)."""
-    out = np.zeros(n, dtype=bool)
+    """Bool ``[k, n]``: whether the intervened model's top next token is the expected one, per
+    featurizer of `featurizers` at (layer, position) and pair index (pairs absent from
+    `batches` stay False). Featurizers run stacked, at most `STACKED_ROWS` rows a pass."""
+    out = np.zeros((len(featurizers), n), dtype=bool)
     with torch.no_grad():
         for batch in batches:
             if position not in batch.base_positions:
                 raise ParameterError(f"no token position {position!r}; the task has {', '.join(batch.base_positions)}")
-            logits = intervened_logits(
-                model, batch.base, batch.source, layer, batch.base_positions[position], batch.source_positions[position],
-                featurizer,
-            )  # fmt: skip
-            out[batch.index] = (logits.argmax(-1) == batch.expected).numpy()
+            group = max(1, STACKED_ROWS // len(batch))
+            for first in range(0, len(featurizers), group):
+                logits = stacked_logits(
+                    model, batch.base, batch.source, layer, batch.base_positions[position],
+                    batch.source_positions[position], featurizers[first : first + group],
+                )  # fmt: skip
+                out[first : first + group, batch.index] = (logits.argmax(-1) == batch.expected).numpy()
     return out

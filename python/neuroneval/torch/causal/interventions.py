@@ -26,7 +26,7 @@ from neuroneval.errors import ParameterError
 from ..circuits.models import DecomposedModel
 from .featurizers import Featurizer
 
-__all__ = ["Pass", "check_unit", "forward", "intervened_logits", "residuals"]
+__all__ = ["Pass", "check_unit", "forward", "intervened_logits", "residuals", "stacked_logits"]
 
 Tensor = torch.Tensor
 
@@ -118,20 +118,37 @@ def intervened_logits(
     """The last position's logits ``[B, vocab]`` after the interchange of `featurizer` at
     `layer`: each example's vector at ``base_positions[i]`` takes the source's features from
     ``source_positions[i]``. Differentiable in the featurizer's parameters."""
+    return stacked_logits(model, base, source, layer, base_positions, source_positions, [featurizer])[0]
+
+
+def stacked_logits(
+    model: DecomposedModel,
+    base: Pass,
+    source: Pass,
+    layer: int,
+    base_positions: Tensor,
+    source_positions: Tensor,
+    featurizers: Sequence[Featurizer],
+) -> Tensor:
+    """`intervened_logits` of each of `featurizers` at the same unit, ``[k, B, vocab]``, in one
+    run of the later blocks over the k interventions stacked as one batch of ``k * B`` rows
+    (wider products: several featurizers cost less together than one after another)."""
     check_unit(model, layer, base_positions, base.last)
     check_unit(model, layer, source_positions, source.last)
     h = base.hidden[layer + 1]
-    rows = torch.arange(h.shape[0], device=h.device)
+    n, k = h.shape[0], len(featurizers)
+    rows = torch.arange(n, device=h.device)
     # featurizers compute in float32 whatever the model's precision
     base_vectors, source_vectors = (
         h[rows, base_positions].float(),
         source.hidden[layer + 1][rows, source_positions].float(),
     )
-    swapped = featurizer.interchange(base_vectors, source_vectors).to(h.dtype)
+    swapped = torch.cat([f.interchange(base_vectors, source_vectors) for f in featurizers]).to(h.dtype)
     # only the positions from the earliest intervened one on are run again
     start = int(base_positions.min())
-    x = h[:, start:].index_put((rows, base_positions - start), swapped)
+    x = h[:, start:].repeat(k, 1, 1).index_put((torch.arange(k * n), (base_positions - start).repeat(k)), swapped)
     kv = base.keys_values(model)
     for later in range(layer + 1, model.n_layers):
-        x = model.block(later, x, start, past=(kv[later][0][:, :, :start], kv[later][1][:, :, :start]))
-    return model.logits(x[rows, base.last - start]).float()
+        keys, values = (t[:, :, :start].repeat(1, k, 1, 1) for t in kv[later])
+        x = model.block(later, x, start, past=(keys, values))
+    return model.logits(x[torch.arange(k * n), (base.last - start).repeat(k)]).float().view(k, n, -1)

@@ -44,7 +44,7 @@ from .data import PairBatch, prepare, regroup, unit_hits
 from .featurizers import DAS, PCA, Featurizer, FullVector, Neurons, SAEFeatures, top_variance
 from .interventions import forward
 from .planted import planted_tokenize, train_planted_model
-from .training import train_das, train_dbm
+from .training import das_trainee, dbm_trainee, train_together
 
 __all__ = [
     "causal_track",
@@ -118,20 +118,24 @@ def evaluate_featurizers(
     splits, described = _run_pairs(model, task, tokenize, datasets, opts, progress)
     units = [(layer, pos) for layer in layer_list for pos in pos_list]
     fits = _fit_units(featurizers, [b for tr, _ in splits.values() for b in tr], units, sae, opts["size"])
-    jobs = [(v, f) for v in task.variables for f in featurizers]
-    results = []
-    for j, (variable, name) in enumerate(jobs):
+    results: list[FeaturizerResult] = []
+    steps = len(task.variables) * len(units)
+    for v, variable in enumerate(task.variables):
 
-        def tick(u: int, job: int = j, what: str = f"{name} on {variable}") -> None:
+        def tick(
+            u: int, first: int = v * len(units), what: str = f"{len(featurizers)} featurizers on {variable}"
+        ) -> None:
             if progress is not None:
-                progress(what, job * len(units) + u, len(jobs) * len(units))
+                progress(what, first + u, steps)
 
         wanted = [d for d in datasets if d.variable == variable]
-        results.append(
-            _evaluate_job(model, name, variable, wanted, splits, fits, units, (layer_list, pos_list), opts, tick)
+        results.extend(
+            _evaluate_variable(
+                model, featurizers, variable, wanted, splits, fits, units, (layer_list, pos_list), opts, tick
+            )
         )
     if progress is not None:
-        progress("done", len(jobs) * len(units), len(jobs) * len(units))
+        progress("done", steps, steps)
     return CausalRun(
         model_name, task.name, tuple(layer_list), tuple(pos_list), tuple(described), tuple(results), dict(opts)
     )
@@ -222,9 +226,9 @@ def _fit_units(
     return fits
 
 
-def _evaluate_job(
+def _evaluate_variable(
     model: DecomposedModel,
-    name: str,
+    featurizers: Sequence[str],
     variable: str,
     datasets: Sequence[CounterfactualDataset],
     splits: Splits,
@@ -233,30 +237,52 @@ def _evaluate_job(
     grid: tuple[list[int], list[str]],
     opts: Mapping[str, Any],
     tick: Callable[[int], None],
-) -> FeaturizerResult:
-    """One featurizer on one variable: built (fitted or trained) at each unit, then its hits on
-    each dataset's test pairs, IIA and its intervals."""
-    start = time.perf_counter()
+) -> list[FeaturizerResult]:
+    """Every featurizer on one variable: at each unit, built (fitted, or trained together), then
+    tested together on each dataset's test pairs; per featurizer its IIA and intervals. A
+    featurizer's seconds are its share of the shared work: the trained ones share their
+    training, all share the tests (their sum is the variable's time)."""
     layers, positions = grid
     train = [b for d in datasets for b in splits[d.name][0]]
-    hit = {d.name: np.zeros((len(layers), len(positions), len(d)), dtype=bool) for d in datasets}
-    swapped = np.zeros((len(layers), len(positions)))
-    fitting = 0.0
+    hit = {
+        f: {d.name: np.zeros((len(layers), len(positions), len(d)), dtype=bool) for d in datasets} for f in featurizers
+    }
+    swapped = {f: np.zeros((len(layers), len(positions))) for f in featurizers}
+    fitting, testing = dict.fromkeys(featurizers, 0.0), 0.0
     for u, (layer, pos) in enumerate(units):
         tick(u)
         li, pi = layers.index(layer), positions.index(pos)
+        built = _build_unit(featurizers, model, fits[(layer, pos)], train, layer, pos, opts, fitting)
         began = time.perf_counter()
-        featurizer = _featurizer(name, model, fits[(layer, pos)], train, layer, pos, opts)
-        fitting += time.perf_counter() - began
-        swapped[li, pi] = featurizer.n_swapped
+        for name, f in built.items():
+            swapped[name][li, pi] = f.n_swapped
         for d in datasets:
-            hit[d.name][li, pi] = unit_hits(model, splits[d.name][1], len(d), layer, pos, featurizer)
+            hits = unit_hits(model, splits[d.name][1], len(d), layer, pos, list(built.values()))
+            for name, h in zip(built, hits, strict=True):
+                hit[name][d.name][li, pi] = h
+        testing += time.perf_counter() - began
     keep = {d.name: _test_mask(splits[d.name][1], len(d)) for d in datasets}
+    return [
+        _summary(name, variable, hit[name], keep, swapped[name], fitting[name], testing / len(featurizers), opts)
+        for name in featurizers
+    ]
+
+
+def _summary(
+    name: str,
+    variable: str,
+    hit: Mapping[str, np.ndarray],
+    keep: Mapping[str, np.ndarray],
+    swapped: np.ndarray,
+    fitting: float,
+    testing: float,
+    opts: Mapping[str, Any],
+) -> FeaturizerResult:
     unit = unit_iia(hit, keep)
     average, highest = summarize(unit)
     intervals = bootstrap_iia(hit, keep, n_boot=opts["n_boot"], level=opts["level"], seed=opts["seed"])
     return FeaturizerResult(
-        name, variable, unit, average, highest, *intervals, time.perf_counter() - start, fitting, swapped,
+        name, variable, unit, average, highest, *intervals, fitting + testing, fitting, swapped,
         {n: h[:, :, keep[n]] for n, h in hit.items()},
     )  # fmt: skip
 
@@ -279,29 +305,36 @@ def _test_mask(batches: Sequence[PairBatch], n: int) -> np.ndarray:
     return mask
 
 
-def _featurizer(
-    name: str,
+def _build_unit(
+    names: Sequence[str],
     model: DecomposedModel,
     fit: dict[str, Any],
     train: list[PairBatch],
     layer: int,
     pos: str,
     opts: Mapping[str, Any],
-) -> Featurizer:
-    size, seed, epochs = opts["size"], opts["seed"], opts["epochs"]
-    if name == "full":
-        return FullVector(model.d_model)
-    if name == "neurons":
-        return Neurons(model.d_model, fit["neurons"])
-    if name in ("pca", "sae"):
-        return fit[name]  # type: ignore[no-any-return]
-    if name == "random":
-        return DAS(model.d_model, size, seed=seed + 7919)
-    if name == "das":
-        return train_das(model, train, layer, pos, size, epochs=epochs, seed=seed, lr=opts["das_lr"])
-    inner_name = name.removeprefix("dbm-")
-    inner = FullVector(model.d_model) if inner_name == "neurons" else fit[inner_name]
-    return train_dbm(model, inner, train, layer, pos, epochs=epochs, seed=seed)
+    seconds: dict[str, float],
+) -> dict[str, Featurizer]:
+    """The featurizers `names` at one unit, by name: the fitted ones from `fit`, the trained ones
+    (DAS, the DBMs) trained together; each one's share of the time added to `seconds`."""
+    size, seed, width = opts["size"], opts["seed"], model.d_model
+    fixed: dict[str, Featurizer] = {"full": FullVector(width), "random": DAS(width, size, seed=seed + 7919)}
+    if "neurons" in fit:
+        fixed["neurons"] = Neurons(width, fit["neurons"])
+    fixed.update({n: fit[n] for n in ("pca", "sae") if n in fit})
+    trainees = {}
+    for name in names:
+        if name == "das":
+            trainees[name] = das_trainee(width, size, seed=seed, lr=opts["das_lr"])
+        elif name.startswith("dbm-"):
+            inner = name.removeprefix("dbm-")
+            trainees[name] = dbm_trainee(FullVector(width) if inner == "neurons" else fit[inner])
+    began = time.perf_counter()
+    if trainees:
+        train_together(model, list(trainees.values()), train, layer, pos, epochs=opts["epochs"], seed=seed)
+    for name in trainees:
+        seconds[name] += (time.perf_counter() - began) / len(trainees)
+    return {name: trainees[name].featurizer if name in trainees else fixed[name] for name in names}
 
 
 def load_model(

@@ -11,6 +11,7 @@ the rotated coordinates).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -18,58 +19,100 @@ import torch
 from ..circuits.models import DecomposedModel
 from .data import PairBatch
 from .featurizers import DAS, DBM, Featurizer
-from .interventions import intervened_logits
+from .interventions import stacked_logits
 
-__all__ = ["SPARSITY", "train_das", "train_dbm", "train_featurizer"]
+__all__ = ["SPARSITY", "Trainee", "das_trainee", "dbm_trainee", "train_das", "train_dbm", "train_together"]
 
 #: The weight of the sparsity term of DAS's boundary and DBM's mask.
 SPARSITY = 0.1
 
 
-def _loss(model: DecomposedModel, f: Featurizer, batch: PairBatch, layer: int, position: str) -> torch.Tensor:
-    logits = intervened_logits(
-        model, batch.base, batch.source, layer, batch.base_positions[position], batch.source_positions[position], f
-    )
-    return torch.nn.functional.cross_entropy(logits, batch.expected)
+@dataclass
+class Trainee:
+    """A featurizer to train (a `DAS` or `DBM`, soft while it trains and hard after): its
+    learning rate, the penalty added to its loss, and `anneal`, told each step's progress in
+    [0, 1]."""
+
+    featurizer: DAS | DBM
+    lr: float
+    penalty: Callable[[], torch.Tensor]
+    anneal: Callable[[float], None]
 
 
-def train_featurizer(
+def das_trainee(width: int, size: int, *, seed: int, lr: float, sparsity: float = SPARSITY) -> Trainee:
+    """A DAS rotation with its subspace size learned (Boundless DAS): the boundary starts at
+    `size`, a `sparsity` term on its fraction of the width keeps it small, and the temperature
+    anneals from 8 to 0.1 coordinates; Adam at `lr` for the rotation, ten times that for the
+    boundary."""
+    das = DAS(width, size, seed=seed, learn_size=True)
+
+    def anneal(progress: float) -> None:
+        das.temperature = float(8 * (0.1 / 8) ** progress)
+
+    return Trainee(das, lr, lambda: sparsity * torch.sigmoid(das.boundary), anneal)
+
+
+def dbm_trainee(inner: Featurizer, *, sparsity: float = SPARSITY) -> Trainee:
+    """MIB's DBM over `inner`'s features: a soft mask with a sparsity term (its mean) and a
+    temperature annealed from 1 to 0.01, at Adam's rate 0.05."""
+    dbm = DBM(inner, "dbm-neurons" if inner.name == "full" else None)
+
+    def anneal(progress: float) -> None:
+        dbm.temperature = float(10 ** (-2 * progress))
+
+    return Trainee(dbm, 5e-2, lambda: sparsity * dbm.mask().mean(), anneal)
+
+
+def train_together(
     model: DecomposedModel,
-    featurizer: Featurizer,
+    trainees: Sequence[Trainee],
     batches: Sequence[PairBatch],
     layer: int,
     position: str,
     *,
     epochs: int,
-    lr: float,
     seed: int,
-    penalty: Callable[[], torch.Tensor] | None = None,
-    on_step: Callable[[float], None] | None = None,
-) -> Featurizer:
-    """Adam on `featurizer`'s parameters over `batches` (kept pairs) for `epochs`, in a seeded
-    order; `penalty` is added to each step's loss, `on_step` gets each step's progress in [0, 1]."""
+    on_step: Callable[[int, int], None] | None = None,
+) -> list[Featurizer]:
+    """Each trainee trained at (layer, position) over `batches` (kept pairs) for `epochs` in a
+    seeded order, by Adam with the model frozen; returned hard. The trainees' interventions run
+    stacked (`stacked_logits`) and their losses are summed: their parameters are disjoint and
+    Adam's update is per parameter, so each learns what it would alone. `on_step` gets (step,
+    steps)."""
     frozen = [p.requires_grad for p in model.model.parameters()]
-    for p in model.model.parameters():
-        p.requires_grad_(False)
-    optimizer = torch.optim.Adam(featurizer.param_groups(lr))
+    model.model.requires_grad_(False)
+    for t in trainees:
+        t.featurizer.hard = False
+    optimizer = torch.optim.Adam([g for t in trainees for g in t.featurizer.param_groups(t.lr)])
     rng = np.random.default_rng(seed)
     total, step = max(1, epochs * len(batches)), 0
     try:
         for _ in range(epochs):
             for i in rng.permutation(len(batches)):
-                loss = _loss(model, featurizer, batches[int(i)], layer, position)
-                if penalty is not None:
-                    loss = loss + penalty()
+                batch = batches[int(i)]
+                logits = stacked_logits(
+                    model, batch.base, batch.source, layer, batch.base_positions[position],
+                    batch.source_positions[position], [t.featurizer for t in trainees],
+                )  # fmt: skip
+                loss = sum(
+                    (torch.nn.functional.cross_entropy(out, batch.expected) + t.penalty()
+                     for out, t in zip(logits, trainees, strict=True)),
+                    torch.zeros(()),
+                )  # fmt: skip
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
                 step += 1
+                for t in trainees:
+                    t.anneal(step / total)
                 if on_step is not None:
-                    on_step(step / total)
+                    on_step(step, total)
     finally:
         for p, r in zip(model.model.parameters(), frozen, strict=True):
             p.requires_grad_(r)
-    return featurizer
+        for t in trainees:
+            t.featurizer.hard = True
+    return [t.featurizer for t in trainees]
 
 
 def train_das(
@@ -84,24 +127,11 @@ def train_das(
     lr: float,
     sparsity: float = SPARSITY,
 ) -> DAS:
-    """A DAS rotation trained at (layer, position) with its subspace size learned (Boundless
-    DAS): the boundary starts at `size`, a `sparsity` term on its fraction of the width keeps it
-    small, and the temperature anneals from 8 to 0.1 coordinates; Adam at `lr` for the rotation,
-    ten times that for the boundary."""
-    das = DAS(model.d_model, size, seed=seed, learn_size=True)
-    das.hard = False
-
-    def anneal(progress: float) -> None:
-        das.temperature = float(8 * (0.1 / 8) ** progress)
-
-    def penalty() -> torch.Tensor:
-        return sparsity * torch.sigmoid(das.boundary)
-
-    train_featurizer(
-        model, das, batches, layer, position, epochs=epochs, lr=lr, seed=seed, penalty=penalty, on_step=anneal
-    )
-    das.hard = True
-    return das
+    """A DAS rotation trained alone at (layer, position) (`das_trainee`, `train_together`)."""
+    trainee = das_trainee(model.d_model, size, seed=seed, lr=lr, sparsity=sparsity)
+    train_together(model, [trainee], batches, layer, position, epochs=epochs, seed=seed)
+    assert isinstance(trainee.featurizer, DAS)
+    return trainee.featurizer
 
 
 def train_dbm(
@@ -115,19 +145,9 @@ def train_dbm(
     seed: int,
     sparsity: float = SPARSITY,
 ) -> DBM:
-    """MIB's DBM over `inner`'s features at (layer, position): a soft mask trained with a
-    sparsity term and an annealed temperature, evaluated hard."""
-    dbm = DBM(inner, "dbm-neurons" if inner.name == "full" else None)
-    dbm.hard = False
-
-    def anneal(progress: float) -> None:
-        dbm.temperature = float(10 ** (-2 * progress))  # 1 -> 0.01
-
-    def penalty() -> torch.Tensor:
-        return sparsity * dbm.mask().mean()
-
-    train_featurizer(
-        model, dbm, batches, layer, position, epochs=epochs, lr=5e-2, seed=seed, penalty=penalty, on_step=anneal
-    )
-    dbm.hard = True
-    return dbm
+    """MIB's DBM over `inner`'s features trained alone at (layer, position) (`dbm_trainee`,
+    `train_together`)."""
+    trainee = dbm_trainee(inner, sparsity=sparsity)
+    train_together(model, [trainee], batches, layer, position, epochs=epochs, seed=seed)
+    assert isinstance(trainee.featurizer, DBM)
+    return trainee.featurizer
