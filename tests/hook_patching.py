@@ -4,7 +4,8 @@ against, and the peer of benches/circuit_patching.py (a loop of single-edge hook
 
 `node_outputs` reads every sender's output with hooks (the embedding, each head's slice of
 ``o_proj``'s input through its columns, each MLP's output); `hook_patch` moves one edge's sender
-activation in its receiver's input from the clean to the counterfactual run.
+activation in its receiver's input from the clean to the counterfactual run, `hook_patch_node`
+one node's output itself (every receiver downstream sees it).
 """
 
 from __future__ import annotations
@@ -87,6 +88,25 @@ def hook_patch(hf, b, edge: str, *, scale: float = 1.0, outputs=None):
         value = hf_metric(hf, b.clean, b.answer, b.foil)
     for handle in handles:
         handle.remove()
+    return value
+
+
+def hook_patch_node(hf, b, node: str, *, scale: float = 1.0, outputs=None):
+    """The metric with one sender's output moved from clean to counterfactual (by `scale` of the
+    difference) where the module computes it, through hooks on the HF modules only."""
+    clean, cf = outputs if outputs is not None else (node_outputs(hf, b.clean), node_outputs(hf, b.counterfactual))
+    delta = scale * (cf[node] - clean[node])
+    base = hf.model
+    if node == "input":
+        module = base.embed_tokens
+    elif node.startswith("m"):
+        module = base.layers[int(node[1:])].mlp
+    else:  # a head's output enters the residual stream through o_proj's output
+        module = base.layers[int(node[1:].split(".h")[0])].self_attn.o_proj
+    handle = module.register_forward_hook(lambda m, args, out: out + delta)
+    with torch.no_grad():
+        value = hf_metric(hf, b.clean, b.answer, b.foil)
+    handle.remove()
     return value
 
 

@@ -13,7 +13,8 @@ is what the original checks or fails on:
   ``parent->child`` otherwise;
 - every node of the file but ``logits`` and every edge is looked up by name
   (``g.nodes[name]``, ``g.edges[name]``): a name the graph lacks is a ``KeyError``; then
-  ``in_graph`` and ``score`` are read from it.
+  ``in_graph`` and ``score`` are read from it (a node's ``score`` where it has one: a
+  node-level graph's; none at all leaves the graph without node scores).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class MIBGraph:
     edge_scores: dict[str, float]
     edges_in_graph: dict[str, bool]
     neurons_in_graph: np.ndarray
+    node_scores: dict[str, float] | None = None
 
 
 def from_model_names(cfg: dict[str, Any]) -> tuple[list[str], list[str], np.ndarray]:
@@ -81,12 +83,17 @@ def mib_from_json(path: Path) -> MIBGraph:
     node_set, edge_set = set(nodes), set(edges)
     in_graph = dict.fromkeys(nodes, False)
     in_graph["logits"] = True  # EAP-IG's LogitNode is always in the graph
+    node_scores = dict.fromkeys(nodes[:-1], 0.0)  # from_model(node_scores=True) starts at zeros
+    any_node_scores = False
     for name, node_dict in d["nodes"].items():
         if name == "logits":
             continue
         if name not in node_set:
             raise KeyError(name)
         in_graph[name] = node_dict["in_graph"]
+        if "score" in node_dict:
+            any_node_scores = True
+            node_scores[name] = float(node_dict["score"])
     scores = dict.fromkeys(edges, 0.0)
     edges_in_graph = dict.fromkeys(edges, False)
     for name, info in d["edges"].items():
@@ -94,4 +101,4 @@ def mib_from_json(path: Path) -> MIBGraph:
             raise KeyError(name)
         scores[name] = float(info["score"])
         edges_in_graph[name] = bool(info["in_graph"])
-    return MIBGraph(d["cfg"], in_graph, scores, edges_in_graph, neurons)
+    return MIBGraph(d["cfg"], in_graph, scores, edges_in_graph, neurons, node_scores if any_node_scores else None)

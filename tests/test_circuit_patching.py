@@ -23,9 +23,11 @@ from neuroneval.torch.circuits import (  # noqa: E402
     Batch,
     decompose,
     faithfulness_metrics,
+    masked_logits,
     mean_ablation_cache,
     run,
     score_edges,
+    score_nodes,
 )
 
 
@@ -147,6 +149,39 @@ def test_random_circuits_and_sparse_and_dense_mixing_agree_with_a_slow_sum() -> 
             assert torch.allclose(ours, slow_patched_metric(model, b, mask, cor.outputs), atol=1e-10)
 
 
+def test_masked_logits_with_bool_masks_are_each_examples_circuit_run() -> None:
+    """Per-example 0/1 masks give, row by row, the logits of `run` with that row's circuit; a
+    mask of halves lies strictly between (the weights are used, not rounded)."""
+    hf = llama(2)
+    model = decompose(hf)
+    b = batch(seed=31, n=3)
+    cor = run(model, b.counterfactual, b.answer, b.foil, keep=True).cache
+    rng = np.random.default_rng(4)
+    circuits = [rng.random(model.graph.n_edges) < p for p in (0.0, 0.3, 1.0)]
+    masks = torch.from_numpy(np.stack(circuits)).to(torch.float64)
+    got = masked_logits(model, b.clean, masks, cor)
+    for i, c in enumerate(circuits):
+        one = run(model, b.clean[i : i + 1], b.answer[i : i + 1], b.foil[i : i + 1], circuit=torch.from_numpy(c),
+                  corrupt=run(model, b.counterfactual[i : i + 1], b.answer[i : i + 1], b.foil[i : i + 1], keep=True).cache)  # fmt: skip
+        expected = model.logits(one.logits_input[:, -1])
+        torch.testing.assert_close(got[i : i + 1], expected, atol=1e-10, rtol=1e-10)
+    half = masked_logits(model, b.clean, torch.full_like(masks, 0.5), cor)
+    full, empty = (
+        masked_logits(model, b.clean, torch.ones_like(masks), cor),
+        masked_logits(model, b.clean, torch.zeros_like(masks), cor),
+    )
+    assert not torch.allclose(half, full) and not torch.allclose(half, empty)
+    # its gradient in the masks at the full circuit is EAP's score (checked against finite
+    # differences of hook patches above): d metric / d m_e = (clean_s - cor_s) . d metric / d input_r
+    ones = torch.ones_like(masks).requires_grad_(True)
+    logits = masked_logits(model, b.clean, ones, cor)
+    rows = torch.arange(len(b))
+    (grad,) = torch.autograd.grad((logits[rows, b.answer] - logits[rows, b.foil]).mean(), ones)
+    np.testing.assert_allclose(grad.sum(0).numpy(), score_edges(model, [b], "eap"), rtol=1e-5, atol=1e-9)
+    with pytest.raises(ShapeError, match="masks must be"):
+        masked_logits(model, b.clean, masks[:, :5], cor)
+
+
 def slow_patched_metric(model, b: Batch, mask: np.ndarray, cor: torch.Tensor) -> torch.Tensor:
     """Edge patching written out: every receiver input is a sum over its senders, one by one."""
     graph = model.graph
@@ -198,6 +233,78 @@ def test_eap_is_the_first_order_drop_of_patching_an_edge() -> None:
         up, down = hook_patch(hf, b, name, scale=eps), hook_patch(hf, b, name, scale=-eps)
         slope = float((up - down).mean()) / (2 * eps)  # d metric / d (fraction of the edge patched)
         assert scores[edge_index(model.graph, name)] == pytest.approx(-slope, rel=1e-3, abs=1e-5), name
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_nap_is_the_first_order_drop_of_patching_a_node(kv_heads: int) -> None:
+    """NAP's score of a node is the slope of the metric's drop as the node's output moves from
+    clean to counterfactual where the HF module computes it (central differences)."""
+    hf = llama(kv_heads)
+    model = decompose(hf)
+    b = batch(seed=19)
+    scores = score_nodes(model, [b], "nap")
+    nodes = model.graph.nodes[:-1]
+    assert scores.shape == (len(nodes),)
+    outputs = (hook_patching.node_outputs(hf, b.clean), hook_patching.node_outputs(hf, b.counterfactual))
+    # HF's attention takes its softmax in float32: below eps = 1e-2 that rounding, not the
+    # O(eps^2) truncation, dominates the central difference
+    eps = 1e-2
+    for i, node in enumerate(nodes):
+        up = hook_patching.hook_patch_node(hf, b, node, scale=eps, outputs=outputs)
+        down = hook_patching.hook_patch_node(hf, b, node, scale=-eps, outputs=outputs)
+        slope = float((up - down).mean()) / (2 * eps)
+        assert scores[i] == pytest.approx(-slope, rel=1e-2, abs=2e-7), node
+    assert np.abs(scores).max() > 1e-3  # the nodes matter: the comparison is not of zeros
+    with pytest.raises(ParameterError, match="unknown node-scoring method 'eap'"):
+        score_nodes(model, [b], "eap")
+    with pytest.raises(ParameterError, match="unknown edge-scoring method 'nap'"):
+        score_edges(model, [b], "nap")
+
+
+def receiver_inputs(hf, tokens):
+    """The residual stream each receiver reads, from pre-hooks on the HF norms: per layer the
+    attention's input (``a<l>``) and the MLP's (``m<l>``), and the final norm's (``logits``)."""
+    seen = {}
+    handles = []
+    for layer, block in enumerate(hf.model.layers):
+        for name, norm in ((f"a{layer}", block.input_layernorm), (f"m{layer}", block.post_attention_layernorm)):
+            handles.append(norm.register_forward_pre_hook(lambda m, args, name=name: seen.__setitem__(name, args[0])))
+    handles.append(hf.model.norm.register_forward_pre_hook(lambda m, args: seen.__setitem__("logits", args[0])))
+    with torch.no_grad():
+        hf(tokens)
+    for handle in handles:
+        handle.remove()
+    return seen
+
+
+def test_ifr_scores_are_information_flow_routes_by_hand() -> None:
+    """IFR by loops over examples, positions and edges, from the HF modules' own sender outputs
+    and residual streams: proximity max(0, |x|_1 - |x - out_s|_1), over its sum across the
+    receiver's senders, averaged over positions and examples."""
+    hf = llama(2)
+    model = decompose(hf)
+    batches = [batch(seed=23, n=3, length=5), batch(seed=29, n=2, length=8)]
+    scores = score_edges(model, batches, "ifr")
+    graph = model.graph
+    expected = np.zeros(graph.n_edges)
+    for b in batches:
+        outs, inputs = hook_patching.node_outputs(hf, b.clean), receiver_inputs(hf, b.clean)
+        for e in range(graph.n_edges):
+            sender, receiver = graph.nodes[graph.senders[e]], graph.nodes[graph.receivers[e]]
+            key = receiver.split(".")[0]  # a head reads its layer's attention input
+            ups = [
+                graph.nodes[graph.senders[f]]
+                for f in range(graph.n_edges)
+                if graph.receivers[f] == graph.receivers[e] and graph.slots[f] == graph.slots[e]
+            ]
+            for i in range(len(b)):
+                for t in range(b.clean.shape[1]):
+                    x = inputs[key][i, t]
+                    prox = {u: max(0.0, float(x.abs().sum() - (x - outs[u][i, t]).abs().sum())) for u in ups}
+                    expected[e] += prox[sender] / sum(prox.values()) / b.clean.shape[1]
+    expected /= sum(len(b) for b in batches)
+    np.testing.assert_allclose(scores, expected, rtol=1e-6, atol=1e-9)
+    assert scores.min() >= 0 and np.ptp(scores) > 0.1  # shares, and they differ
 
 
 def test_eap_ig_inputs_with_one_step_is_eap_at_the_counterfactual_run() -> None:
@@ -294,5 +401,5 @@ def test_circuits_of_the_wrong_shape_or_without_a_cache_are_refused() -> None:
         run(model, b.clean, b.answer, b.foil, circuit=torch.ones(model.graph.n_edges, dtype=torch.bool))
     with pytest.raises(ShapeError, match="one shape"):
         Batch(b.clean, b.counterfactual[:, :3], b.answer, b.foil)
-    with pytest.raises(ParameterError, match="unknown circuit method"):
+    with pytest.raises(ParameterError, match="unknown edge-scoring method .attribution.; choose one of random, eap"):
         score_edges(model, [b], "attribution")

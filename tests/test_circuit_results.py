@@ -252,6 +252,47 @@ def test_a_runs_files_load_in_mibs_loader(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- files that do not match
 
 
+def test_a_node_level_method_round_trips_and_loads_in_mibs_loader(tmp_path: Path) -> None:
+    """A node-level method (NAP) keeps one score per node but the logits: written into the
+    nodes of its MIB file (edges scored zero, as EAP-IG writes a node-level graph), read back
+    exactly, and loaded by MIB's loader with those scores."""
+    from dataclasses import replace
+
+    from mib_graph import mib_from_json
+
+    rng = np.random.default_rng(8)
+    edge = make_curve("eap", rng)
+    nap = replace(make_curve("nap", rng), scores=rng.normal(size=GRAPH.n_nodes - 1), level="node")
+    run = CircuitRun(
+        "digit-pair", "digit-pair", "patching", 2, 2, 64, 192, 5, 8, FRACTIONS, 2.0, 0.0, (edge, nap), d_model=16
+    )
+    run.write(tmp_path / "run")
+    back = read_circuit_run(tmp_path / "run")
+    assert back == run and back.curve("nap").level == "node" and back.curve("eap").level == "edge"
+    g = mib_from_json(tmp_path / "run" / SCORES_DIR / "nap.json")
+    assert g.node_scores is not None and list(g.node_scores) == list(GRAPH.nodes[:-1])
+    assert np.array_equal(list(g.node_scores.values()), nap.scores)
+    assert set(g.edge_scores.values()) == {0.0}
+    assert mib_from_json(tmp_path / "run" / SCORES_DIR / "eap.json").node_scores is None
+    # a node without its score, and an unknown level, are named
+    path = tmp_path / "run" / SCORES_DIR / "nap.json"
+    doc = json.loads(path.read_text())
+    del doc["nodes"]["m1"]["score"]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SourceError, match="node 'm1' has score None"):
+        read_circuit_run(tmp_path / "run")
+    run.write(tmp_path / "run")
+    doc = json.loads((tmp_path / "run" / CIRCUIT_RUN_FILE).read_text())
+    doc["methods"][1]["level"] = "neuron"
+    (tmp_path / "run" / CIRCUIT_RUN_FILE).write_text(json.dumps(doc))
+    with pytest.raises(SourceError, match="'level' must be one of edge, node"):
+        read_circuit_run(tmp_path / "run")
+    with pytest.raises(ParameterError, match="level must be one of edge, node"):
+        replace(nap, level="neuron")
+    with pytest.raises(ShapeError, match="nap: 10 node scores; the graph of 2 layers of 2 heads has 7 nodes"):
+        replace(run, methods=(replace(nap, scores=np.zeros(10)),))
+
+
 def broken(tmp_path: Path, edit: object) -> Path:
     """A scores file of GRAPH, edited by `edit(document)` (or replaced by the text `edit`)."""
     path = write_edge_scores(tmp_path / "scores.json", GRAPH, np.arange(GRAPH.n_edges, dtype=float))

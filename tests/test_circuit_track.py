@@ -79,20 +79,37 @@ def test_methods_find_the_known_circuit(known) -> None:
     assert g[-1] == pytest.approx(1.0)  # every edge kept is the clean model
 
 
+def test_ugs_learns_the_known_circuit_as_its_objective_falls(known) -> None:
+    """UGS's edge probabilities rank the known circuit's edges first (AUROC, MIB's), and the
+    objective it descends (KL from the clean model plus the sparsity term) falls."""
+    from neuroneval.torch.circuits.methods import _ugs_scores
+
+    model = known.decomposed
+    batches = digit_pair_batches(64, batch_size=32, seed=17)
+    objectives: list[float] = []
+    alpha = _ugs_scores(model, batches, steps=200, sparsity=1e-3, seed=3, on_step=objectives.append)
+    assert alpha.shape == (model.graph.n_edges,) and ((alpha > 0) & (alpha < 1)).all()
+    first, last = np.mean(objectives[:20]), np.mean(objectives[-20:])
+    assert last < 0.8 * first, (first, last)
+    assert auroc(model.graph, alpha, known.circuit) > 0.9
+    assert alpha[known.circuit].min() > np.median(alpha[~known.circuit])
+
+
 def test_the_track_writes_a_run_that_reads_back(tmp_path: Path) -> None:
     reports: dict[str, list[tuple[int, int]]] = {}
     result = circuit_track(
-        model="digit-pair", task="digit-pair", methods=["random", "eap"], n_score=32, n_eval=32, train_steps=30,
-        progress=lambda stage, done, total: reports.setdefault(stage, []).append((done, total)),
+        model="digit-pair", task="digit-pair", methods=["random", "eap", "eap-ig-inputs"], n_score=48, n_eval=32,
+        steps=3, train_steps=30, progress=lambda stage, done, total: reports.setdefault(stage, []).append((done, total)),
     )  # fmt: skip
-    # every stage's bar counts its work up to its end: the 30 training steps, the 2 methods
+    # every stage's bar counts its work up to its end: the 30 training steps, every method's
+    # passes over the 2 scoring batches (random none, EAP one, EAP-IG on inputs 3 each)
     assert reports["training the digit-pair model"] == [(i, 30) for i in range(31)]
-    assert reports["scoring edges by 2 methods"] == [(0, 2), (1, 2), (1, 2), (2, 2)]
+    assert reports["scoring edges by 3 methods"] == [(i, 8) for i in range(9)]
     assert all(r[-1][0] == r[-1][1] for r in reports.values()), reports
     assert result.d_model == 64
     result.write(tmp_path / "run")
     back = read_circuit_run(tmp_path / "run")
-    assert back.method_names == ["random", "eap"]
+    assert back.method_names == ["random", "eap", "eap-ig-inputs"]
     assert np.array_equal(back.curve("eap").scores, result.curve("eap").scores)
     assert np.array_equal(known_circuit_mask(back.graph()), known_circuit_mask())
 

@@ -136,7 +136,10 @@ def test_table_errors(tmp_path: Path, runs: tuple[Path, list[CircuitRun]], capfd
         (["--model", "digit-pair", "--task", "ioi"], ["--task ioi is not a task of --model digit-pair"]),
         (
             ["--model", "smollm2", "--method", "eap,acdc"],
-            ["--method names the unknown method 'acdc'", "random, eap, eap-ig-inputs, eap-ig-activations, exact"],
+            [
+                "--method names the unknown method 'acdc'",
+                "random, eap, eap-ig-inputs, eap-ig-activations, nap, ugs, ifr, exact",
+            ],
         ),
         (["--model", "smollm2", "--method", ","], ["--method is empty"]),
         (["--model", "smollm2", "--ablation", "zero"], ["--ablation", "invalid choice: 'zero'", "patching", "mean"]),
@@ -205,7 +208,7 @@ def test_run_passes_the_options_reports_progress_and_writes(
     assert kwargs == {
         "model": "smollm2",
         "task": "arithmetic",
-        "methods": ("random", "eap", "eap-ig-inputs", "eap-ig-activations"),  # all, less exact, for smollm2
+        "methods": ("random", "eap", "eap-ig-inputs", "eap-ig-activations", "nap", "ugs", "ifr"),  # all but exact
         "n_score": 16,
         "n_eval": 192,
         "steps": 3,
@@ -214,6 +217,8 @@ def test_run_passes_the_options_reports_progress_and_writes(
         "ablation": "mean",
         "seed": 7,
         "train_steps": 1500,
+        "ugs_steps": 100,
+        "ugs_sparsity": 0.001,
     }
     assert err == "neuroneval: scoring eap (10)\nneuroneval: evaluating eap (8)\n"  # one line per stage off a terminal
     assert read_circuit_run(out) == result

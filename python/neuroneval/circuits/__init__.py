@@ -12,7 +12,8 @@
 - `ioi_examples`, `arithmetic_examples`, `tokenize_task`: the tasks' seeded prompt pairs (`tasks`);
 - `CircuitRun`, `MethodCurve`: a run of the track (edge scores, faithfulness curves, CPR, CMD),
   written and read as files, `circuit_table` across runs; `write_edge_scores` and
-  `read_edge_scores` in MIB's circuit JSON (`results`).
+  `read_edge_scores` (and `read_node_scores` for a node-level method) in MIB's circuit JSON
+  (`results`).
 
 These take plain arrays; the model side (edge patching, attribution methods, the trained
 model with a known circuit) is `neuroneval.torch.circuits`.
@@ -45,7 +46,9 @@ from .graph import (
     transformer_graph,
 )
 from .results import (
+    CIRCUIT_METHODS,
     CIRCUIT_TRACK_OPTIONS,
+    NODE_METHODS,
     CircuitRun,
     MethodCurve,
     circuit_table,
@@ -54,6 +57,7 @@ from .results import (
     format_circuit_table,
     read_circuit_run,
     read_edge_scores,
+    read_node_scores,
     write_edge_scores,
 )
 from .scores import AUROC_SELECTIONS, FRACTIONS, auroc, cmd, cpr, faithfulness, mean_faithfulness, weighted_edge_count
@@ -61,8 +65,10 @@ from .tasks import TASK_OPTIONS, TASKS, TaskExample, TokenizedTask, arithmetic_e
 
 __all__ = [
     "AUROC_SELECTIONS",
+    "CIRCUIT_METHODS",
     "CIRCUIT_TRACK_OPTIONS",
     "FRACTIONS",
+    "NODE_METHODS",
     "TASKS",
     "TASK_OPTIONS",
     "CircuitRun",
@@ -77,6 +83,7 @@ __all__ = [
     "ioi_examples",
     "read_circuit_run",
     "read_edge_scores",
+    "read_node_scores",
     "tokenize_task",
     "write_edge_scores",
     "INPUT",

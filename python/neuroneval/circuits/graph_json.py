@@ -43,7 +43,7 @@ from ..errors import ShapeError, SourceError
 from ..files import read_json, write_atomic
 from .graph import INPUT, LOGITS, Graph
 
-__all__ = ["edge_names", "edge_scores_text", "read_edge_scores", "shape_text", "write_edge_scores"]
+__all__ = ["edge_names", "edge_scores_text", "read_edge_scores", "read_node_scores", "shape_text", "write_edge_scores"]
 
 _EXAMPLES = 3  # edge names quoted in a mismatch message
 
@@ -70,13 +70,21 @@ def _shape_of(graph: Graph) -> tuple[int, int] | None:
     return (layers, heads) if heads >= 1 and tuple(expected + [LOGITS]) == graph.nodes else None
 
 
-def edge_scores_text(graph: Graph, scores: Any, in_graph: Any, cfg: Mapping[str, Any] | None) -> str:
-    """The text of `write_edge_scores`' file."""
-    s = as_real_array(scores, "edge scores", ndim=1)
-    if s.size != graph.n_edges:
-        raise ShapeError(f"edge scores have {s.size:,} entries; the graph has {graph.n_edges:,} edges")
+def _finite_scores(scores: Any, n: int, what: str) -> npt.NDArray[np.float64]:
+    s = as_real_array(scores, f"{what} scores", ndim=1)
+    if s.size != n:
+        raise ShapeError(f"{what} scores have {s.size:,} entries; the graph has {n:,} {what}s")
     if not np.isfinite(s).all():
-        raise ShapeError(f"edge score {int(np.flatnonzero(~np.isfinite(s))[0])} is not finite")
+        raise ShapeError(f"{what} score {int(np.flatnonzero(~np.isfinite(s))[0])} is not finite")
+    return s
+
+
+def edge_scores_text(
+    graph: Graph, scores: Any, in_graph: Any, cfg: Mapping[str, Any] | None, node_scores: Any = None
+) -> str:
+    """The text of `write_edge_scores`' file."""
+    s = _finite_scores(scores, graph.n_edges, "edge")
+    nodes = None if node_scores is None else _finite_scores(node_scores, graph.n_nodes - 1, "node")
     mask = np.ones(graph.n_edges, dtype=bool) if in_graph is None else graph.check_mask(in_graph, "in_graph")
     touched = np.zeros(graph.n_nodes, dtype=bool)
     touched[graph.senders[mask]] = True
@@ -94,6 +102,9 @@ def edge_scores_text(graph: Graph, scores: Any, in_graph: Any, cfg: Mapping[str,
             for name, v, k in zip(edge_names(graph), s.tolist(), mask.tolist(), strict=True)
         },
     }
+    if nodes is not None:  # every node's score but the logits' (EAP-IG scores the senders)
+        for name, v in zip(graph.nodes, nodes.tolist(), strict=False):
+            document["nodes"][name]["score"] = float(v)
     return json.dumps(document, allow_nan=False) + "\n"
 
 
@@ -104,6 +115,7 @@ def write_edge_scores(
     *,
     in_graph: Any = None,
     cfg: Mapping[str, Any] | None = None,
+    node_scores: Any = None,
 ) -> Path:
     """Write one score per edge of `graph` to `path` (written aside and renamed into place) in
     MIB's (EAP-IG's) graph JSON: ``{"cfg": {"n_layers", "n_heads", "parallel_attn_mlp"},
@@ -111,9 +123,11 @@ def write_edge_scores(
 
     `in_graph` (a bool edge mask; default every edge) marks the circuit; a node is in the graph
     when an edge of the circuit touches it. `cfg` adds to (or overrides) the config, e.g.
-    ``{"d_model": 576}``. Returns the path.
+    ``{"d_model": 576}``. `node_scores` (one per node but the logits, in node order) writes a
+    node-level method's scores as EAP-IG does, in each node's ``score`` (the edges' scores are
+    then zeros, as EAP-IG's node-level attribution leaves them). Returns the path.
     """
-    text = edge_scores_text(graph, scores, in_graph, cfg)
+    text = edge_scores_text(graph, scores, in_graph, cfg, node_scores)
     return write_atomic(Path(path), lambda p: p.write_text(text, encoding="utf-8"))
 
 
@@ -139,6 +153,11 @@ def read_edge_scores(path: str | os.PathLike[str], graph: Graph) -> npt.NDArray[
         A file that does not match the graph: its ``cfg`` names another shape, or edges of the
         graph are missing from it or it has edges the graph lacks (counted, a few named).
     """
+    return _read_checked(path, graph)[1]
+
+
+def _read_checked(path: str | os.PathLike[str], graph: Graph) -> tuple[dict[str, Any], npt.NDArray[np.float64]]:
+    """A circuit file's document and edge scores, checked against `graph` (`read_edge_scores`)."""
     path = Path(path)
     if not path.is_file():
         raise SourceError(f"circuit file {path} does not exist")
@@ -180,5 +199,30 @@ def read_edge_scores(path: str | os.PathLike[str], graph: Graph) -> npt.NDArray[
             raise SourceError(f"{path}: edge {name!r} has score {shown!r}; expected a number")
         if not math.isfinite(score):
             raise SourceError(f"{path}: edge {name!r} has a non-finite score ({score})")
+        out[i] = score
+    return document, out
+
+
+def read_node_scores(path: str | os.PathLike[str], graph: Graph) -> npt.NDArray[np.float64]:
+    """The node scores of a circuit file in MIB's graph JSON (`write_edge_scores` with
+    `node_scores`; EAP-IG's ``Graph.to_json`` of a node-level graph): one per node but the
+    logits, in `graph`'s node order. The file must also match the graph as `read_edge_scores`
+    checks it.
+
+    Raises
+    ------
+    SourceError
+        A file `read_edge_scores` refuses, a ``nodes`` object that is missing, or a node
+        without a finite ``score``.
+    """
+    nodes = _read_checked(path, graph)[0].get("nodes")
+    if not isinstance(nodes, dict):
+        raise SourceError(f"{path} has no 'nodes' object (MIB's circuit JSON holds cfg, nodes and edges)")
+    out = np.empty(graph.n_nodes - 1, dtype=np.float64)
+    for i, name in enumerate(graph.nodes[:-1]):
+        entry = nodes.get(name)
+        score = entry.get("score") if isinstance(entry, dict) else None
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+            raise SourceError(f"{path}: node {name!r} has score {score!r}; expected a finite number")
         out[i] = score
     return out

@@ -57,12 +57,14 @@ from ..errors import InvalidInputError, OutputError, ParameterError, ShapeError,
 from ..files import read_json, write_files_atomic, writing
 from ..options import SCORE_OPTIONS, Option, Options
 from .graph import Graph, transformer_graph
-from .graph_json import edge_names, edge_scores_text, read_edge_scores, shape_text, write_edge_scores
+from .graph_json import edge_names, edge_scores_text, read_edge_scores, read_node_scores, shape_text, write_edge_scores
 from .scores import FRACTIONS, cmd, cpr, faithfulness, mean_faithfulness
 
 __all__ = [
     "ABLATIONS",
     "CIRCUIT_METHODS",
+    "LEVELS",
+    "NODE_METHODS",
     "CIRCUIT_TRACK_OPTIONS",
     "CIRCUIT_MODELS",
     "CIRCUIT_RUN_FILE",
@@ -80,12 +82,18 @@ __all__ = [
     "format_circuit_table",
     "read_circuit_run",
     "read_edge_scores",
+    "read_node_scores",
     "run_labels",
     "write_edge_scores",
 ]
 
 #: The methods, in the order tables list them (other methods follow, in the order met).
-CIRCUIT_METHODS = ("random", "eap", "eap-ig-inputs", "eap-ig-activations", "exact")
+CIRCUIT_METHODS = ("random", "eap", "eap-ig-inputs", "eap-ig-activations", "nap", "ugs", "ifr", "exact")
+#: The methods that score nodes rather than edges (their circuits are the top nodes with all
+#: their outgoing edges, pruned: MIB's node level).
+NODE_METHODS = ("nap",)
+#: What a method's scores rate: edges (one score per edge) or nodes (one per node but the logits).
+LEVELS = ("edge", "node")
 #: The models the track runs (`neuroneval.torch.circuits.circuit_track`) and each one's tasks,
 #: the first its default.
 CIRCUIT_MODELS: dict[str, tuple[str, ...]] = {"smollm2": ("ioi", "arithmetic"), "digit-pair": ("digit-pair",)}
@@ -107,6 +115,15 @@ CIRCUIT_TRACK_OPTIONS = Options(
         "integration steps of EAP-IG on activations, (1 + 2 layers) passes each",
         low=1,
         metavar="N",
+    ),
+    Option("ugs_steps", "integer", 100, "UGS's mask-learning steps per scoring batch", low=1, metavar="N"),
+    Option(
+        "ugs_sparsity",
+        "real",
+        1e-3,
+        "UGS's weight of the sum of the edge probabilities (MIB's runs: 0.001)",
+        low=0.0,
+        metavar="X",
     ),
     Option("batch_size", "integer", 32, "examples per pass", low=1, metavar="N"),
     Option(
@@ -180,15 +197,16 @@ def _area(kind: Callable[[Any, Any], float], fractions: Sequence[float], f: Floa
 
 @dataclass(frozen=True, eq=False)
 class MethodCurve:
-    """One method's edge scores and the circuits they pick at each fraction.
+    """One method's scores and the circuits they pick at each fraction.
 
     Attributes
     ----------
     method : str
-        ``random``, ``eap``, ``eap-ig-inputs``, ``eap-ig-activations``, ``exact`` or another
-        name (letters, digits, ``.``, ``_``, ``-``: it names the file of its scores).
-    scores : numpy.ndarray of float64, shape (E,)
-        One finite score per edge of the graph.
+        ``random``, ``eap``, ``eap-ig-inputs``, ``eap-ig-activations``, ``nap``, ``ugs``,
+        ``ifr``, ``exact`` or another name (letters, digits, ``.``, ``_``, ``-``: it names the file of its scores).
+    scores : numpy.ndarray of float64, shape (E,) or (N - 1,)
+        One finite score per edge of the graph, or at the node `level` one per node but the
+        logits (the senders, in node order).
     seconds : float
         Time spent scoring.
     signed_edges, absolute_edges : numpy.ndarray of int64, shape (F,)
@@ -197,7 +215,10 @@ class MethodCurve:
     signed_metric, absolute_metric : numpy.ndarray of float64, shape (F,)
         The dataset-mean task metric of those circuits.
     auroc : float or None
-        Against a ground-truth circuit, when the model has one.
+        Against a ground-truth circuit, when the model has one (edge-level methods only: MIB
+        defines InterpBench's AUROC on edges).
+    level : str
+        ``edge`` or ``node`` (`LEVELS`): what `scores` rate.
 
     Equality compares every array exactly. The arrays are read-only copies.
     """
@@ -210,8 +231,11 @@ class MethodCurve:
     absolute_edges: IntArray
     absolute_metric: FloatArray
     auroc: float | None = None
+    level: str = "edge"
 
     def __post_init__(self) -> None:
+        if self.level not in LEVELS:
+            raise ParameterError(f"a method's level must be one of {', '.join(LEVELS)}; got {self.level!r}")
         if not isinstance(self.method, str) or not _METHOD_NAME.fullmatch(self.method):
             raise ParameterError(
                 f"a method's name must be letters, digits, '.', '_' or '-' (it names its scores file); got {self.method!r}"
@@ -222,7 +246,7 @@ class MethodCurve:
             raise ParameterError(f"{m}: seconds must be >= 0; got {seconds}")
         auroc = None if self.auroc is None else check_real(self.auroc, f"{m}: auroc")
         values = {
-            "scores": _floats(self.scores, f"{m}: edge scores"),
+            "scores": _floats(self.scores, f"{m}: {self.level} scores"),
             "signed_edges": _counts(self.signed_edges, f"{m}: signed_edges"),
             "signed_metric": _floats(self.signed_metric, f"{m}: signed_metric"),
             "absolute_edges": _counts(self.absolute_edges, f"{m}: absolute_edges"),
@@ -244,9 +268,11 @@ class MethodCurve:
         if not isinstance(other, MethodCurve):
             return NotImplemented
         arrays = ("scores", "signed_edges", "signed_metric", "absolute_edges", "absolute_metric")
-        return (self.method, self.seconds, self.auroc) == (other.method, other.seconds, other.auroc) and all(
-            np.array_equal(getattr(self, a), getattr(other, a)) for a in arrays
+        mine, theirs = (
+            (self.method, self.seconds, self.auroc, self.level),
+            (other.method, other.seconds, other.auroc, other.level),
         )
+        return mine == theirs and all(np.array_equal(getattr(self, a), getattr(other, a)) for a in arrays)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -320,6 +346,9 @@ class CircuitRun:
         Integration steps of EAP-IG on inputs; the seed of the run.
     activation_steps : int, optional
         Integration steps of EAP-IG on activations (default: `steps`).
+    ugs_steps : int, optional
+        UGS's steps per scoring batch, and ``ugs_sparsity`` its sparsity weight (None for a run
+        without UGS).
     d_model : int, optional
         The model's hidden size, written into the score files' ``cfg``: MIB's (EAP-IG's)
         ``Graph.from_json`` needs it (None for a run that does not know it).
@@ -346,12 +375,18 @@ class CircuitRun:
     methods: tuple[MethodCurve, ...]
     activation_steps: int | None = None
     d_model: int | None = None
+    ugs_steps: int | None = None
+    ugs_sparsity: float | None = None
 
     def __post_init__(self) -> None:
         if self.activation_steps is None:
             object.__setattr__(self, "activation_steps", self.steps)
         if self.d_model is not None:
             object.__setattr__(self, "d_model", check_integer(self.d_model, "d_model", minimum=1))
+        if self.ugs_steps is not None:
+            object.__setattr__(self, "ugs_steps", check_integer(self.ugs_steps, "ugs_steps", minimum=1))
+        if self.ugs_sparsity is not None:
+            object.__setattr__(self, "ugs_sparsity", check_real(self.ugs_sparsity, "ugs_sparsity"))
         _text(self.model, "model")
         _text(self.task, "task")
         if self.ablation not in ABLATIONS:
@@ -381,12 +416,14 @@ class CircuitRun:
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise ParameterError(f"method {repeated[0]!r} appears more than once in the run")
-        n_edges = self.graph().n_edges
+        graph = self.graph()
+        n_edges = graph.n_edges
         for m in methods:
-            if m.scores.size != n_edges:
+            n, what = (n_edges, "edges") if m.level == "edge" else (graph.n_nodes - 1, "nodes other than the logits")
+            if m.scores.size != n:
                 raise ShapeError(
-                    f"{m.method}: {m.scores.size:,} edge scores; the graph of "
-                    f"{shape_text(self.n_layers, self.n_heads)} has {n_edges:,} edges"
+                    f"{m.method}: {m.scores.size:,} {m.level} scores; the graph of "
+                    f"{shape_text(self.n_layers, self.n_heads)} has {n:,} {what}"
                 )
             if m.signed_edges.size != len(fractions):
                 raise ShapeError(
@@ -469,6 +506,7 @@ class CircuitRun:
                 "method": m.method,
                 "seconds": m.seconds,
                 "auroc": m.auroc,
+                "level": m.level,
                 "scores_file": f"{SCORES_DIR}/{m.method}.json",
             }
             for criterion in CRITERIA:
@@ -497,6 +535,8 @@ class CircuitRun:
             "n_eval": self.n_eval,
             "steps": self.steps,
             "activation_steps": self.activation_steps,
+            "ugs_steps": self.ugs_steps,
+            "ugs_sparsity": self.ugs_sparsity,
             "d_model": self.d_model,
             "seed": self.seed,
             "fractions": list(self.fractions),
@@ -520,7 +560,7 @@ class CircuitRun:
         cfg: dict[str, Any] = {"n_layers": self.n_layers, "n_heads": self.n_heads}
         if self.d_model is not None:
             cfg["d_model"] = self.d_model
-        scores = {f"{m.method}.json": _scores_writer(graph, m.scores, cfg) for m in self.methods}
+        scores = {f"{m.method}.json": _scores_writer(graph, m, cfg) for m in self.methods}
         written = write_files_atomic(directory / SCORES_DIR, scores)
         document = json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n"
         curves = self.curves()
@@ -558,9 +598,15 @@ def _json_floats(a: FloatArray) -> list[float | None]:
     return [_json_float(float(v)) for v in a]
 
 
-def _scores_writer(graph: Graph, scores: FloatArray, cfg: Mapping[str, Any]) -> Callable[[Path], object]:
-    """Writes a method's scores file; its text is made when it is written (one file in memory at a time)."""
-    return lambda p: p.write_text(edge_scores_text(graph, scores, None, cfg), encoding="utf-8")
+def _scores_writer(graph: Graph, method: MethodCurve, cfg: Mapping[str, Any]) -> Callable[[Path], object]:
+    """Writes a method's scores file (a node-level method's in the nodes, its edges' zero, as
+    EAP-IG writes a node-level graph); its text is made when it is written (one file in memory
+    at a time)."""
+    if method.level == "node":
+        return lambda p: p.write_text(
+            edge_scores_text(graph, np.zeros(graph.n_edges), None, cfg, method.scores), encoding="utf-8"
+        )
+    return lambda p: p.write_text(edge_scores_text(graph, method.scores, None, cfg), encoding="utf-8")
 
 
 def _write_csv(table: pl.DataFrame, path: Path) -> None:
@@ -685,9 +731,13 @@ def read_circuit_run(directory: str | os.PathLike[str]) -> CircuitRun:
         seconds = r.number(r.get(entry, "seconds", f"{what} "), f"{what} 'seconds'")
         auroc = entry.get("auroc")
         auroc = None if auroc is None else r.number(auroc, f"{what} 'auroc'")
-        scores = read_edge_scores(directory / SCORES_DIR / f"{name}.json", graph)  # its errors name its file
+        level = entry.get("level", "edge")
+        if level not in LEVELS:
+            raise r.fail(f"{what} 'level' must be one of {', '.join(LEVELS)}; it holds {level!r}")
+        read = read_node_scores if level == "node" else read_edge_scores
+        scores = read(directory / SCORES_DIR / f"{name}.json", graph)  # its errors name its file
         try:
-            methods.append(MethodCurve(name, scores, seconds, auroc=auroc, **curves))
+            methods.append(MethodCurve(name, scores, seconds, auroc=auroc, level=level, **curves))
         except InvalidInputError as e:
             raise r.fail(str(e)) from e
     fields: dict[str, Any] = {
@@ -698,6 +748,8 @@ def read_circuit_run(directory: str | os.PathLike[str]) -> CircuitRun:
         "n_eval": r.integer(doc, "n_eval", 1),
         "steps": r.integer(doc, "steps", 1),
         "activation_steps": r.integer(doc, "activation_steps", 1) if "activation_steps" in doc else None,
+        "ugs_steps": None if doc.get("ugs_steps") is None else r.integer(doc, "ugs_steps", 1),
+        "ugs_sparsity": None if doc.get("ugs_sparsity") is None else r.number(doc["ugs_sparsity"], "'ugs_sparsity'"),
         "d_model": None if doc.get("d_model") is None else r.integer(doc, "d_model", 1),
         "seed": r.integer(doc, "seed", 0),
         "full": r.number(r.get(doc, "full"), "'full'"),
@@ -740,7 +792,7 @@ def _ordered_methods(runs: Sequence[CircuitRun]) -> list[str]:
 
 
 def circuit_table(runs: Sequence[CircuitRun], labels: Sequence[str] | None = None) -> pl.DataFrame:
-    """MIB's table: one row per method (random, eap, eap-ig-inputs, eap-ig-activations, exact,
+    """MIB's table: one row per method (random, eap, eap-ig-inputs, eap-ig-activations, nap, ugs, ifr, exact,
     then others in the order met), and for each run the columns ``<label> CPR`` and ``<label>
     CMD``; null where a run lacks the method, NaN where faithfulness is undefined. A run's label
     is its `run_labels` name unless `labels` gives them.

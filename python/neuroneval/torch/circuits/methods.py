@@ -2,8 +2,9 @@
 
 Every method returns one score per edge: the estimated drop of the task metric (logit
 difference) when that edge alone is patched from the counterfactual run, averaged over the
-examples. High scores are edges the behaviour needs, so the top signed scores make the CPR
-circuits and the top absolute scores the CMD circuits (SPEC section 7).
+examples (IFR: the share of the receiver's input the sender makes up). High scores are edges the
+behaviour needs, so the top signed scores make the CPR circuits and the top absolute scores the
+CMD circuits (SPEC section 7).
 
 - ``random``: a seeded standard normal per edge (MIB's baseline).
 - ``eap``: attribution patching, ``-(cor_s - clean_s) . d metric / d input_r`` at the clean run,
@@ -18,6 +19,29 @@ circuits and the top absolute scores the CMD circuits (SPEC section 7).
 - ``exact``: every edge patched alone, the metric's drop measured: one pass per edge, for
   graphs small enough (`EXACT_EDGE_LIMIT`).
 
+- ``ifr``: information flow routes (Ferrando and Voita, 2024; EAP-IG's
+  ``information-flow-routes``), from the clean run alone: at each position a receiver's input x
+  is the sum of its senders' outputs, sender s's proximity ``max(0, |x|_1 - |x - out_s|_1)``,
+  its importance the proximity over the sum of the receiver's senders'; averaged over positions
+  and examples. Every head of a layer (query, key, value) reads the same x, so shares its scores.
+
+- ``ugs``: uniform gradient sampling (Li and Janson, 2024; the script MIB's README points to,
+  ``edge_pruning_unif_mib.py`` of alestolfo/optimalablation): a logit ``theta_e`` per edge,
+  ``alpha = sigmoid(theta)``; each step draws a mask per example and edge,
+  ``m = clamp(0.5 + (alpha - u) / w, 0, 1)`` with ``u ~ U(0, 1)`` and ``w = alpha (1 - alpha)``
+  (so ``m`` is 1 or 0 but for a window around alpha, where its gradient is that of alpha),
+  drops each example's dangling edges (`prune` of ``m > 0``), runs the model with every edge
+  (s, r) reading ``m cur_s + (1 - m) cor_s`` (`masked_logits`) and takes an AdamW step on the
+  KL divergence of its last-position distribution from the clean model's plus
+  ``sparsity * sum(alpha)``. The score is alpha.
+
+`score_nodes` scores nodes (`NODE_METHODS`):
+
+- ``nap``: node attribution patching, ``-(cor_s - clean_s) . d metric / d output_s`` at the clean
+  run, summed over positions. A node's output reaches every receiver downstream additively, so
+  its gradient is the sum of theirs and its score the sum of its outgoing edges' EAP scores:
+  one EAP pass gives both.
+
 `faithfulness_metrics` evaluates a list of circuits: per batch one clean and one
 counterfactual cache, then one patched pass per circuit.
 """
@@ -30,13 +54,23 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from neuroneval.circuits.results import CIRCUIT_METHODS, CIRCUIT_TRACK_OPTIONS
+from neuroneval.circuits.graph import Graph, prune
+from neuroneval.circuits.results import CIRCUIT_METHODS, CIRCUIT_TRACK_OPTIONS, NODE_METHODS
 from neuroneval.errors import ParameterError, ShapeError
 
 from .models import DecomposedModel
-from .patching import Cache, mean_cache, run
+from .patching import Cache, masked_logits, mean_cache, run
 
-__all__ = ["EXACT_EDGE_LIMIT", "METHODS", "Batch", "faithfulness_metrics", "mean_ablation_cache", "score_edges"]
+__all__ = [
+    "EXACT_EDGE_LIMIT",
+    "METHODS",
+    "Batch",
+    "faithfulness_metrics",
+    "mean_ablation_cache",
+    "passes_per_batch",
+    "score_edges",
+    "score_nodes",
+]
 
 Tensor = torch.Tensor
 
@@ -74,9 +108,15 @@ Replacements = dict[int, Tensor | Callable[[Tensor], Tensor]]
 Passes = Callable[[Batch, Cache, Cache], Iterable[Replacements]]
 
 
-def _grads_and_difference(model: DecomposedModel, batch: Batch, passes: Passes) -> tuple[list[Tensor], Tensor, int]:
+Tick = Callable[[], None]
+
+
+def _grads_and_difference(
+    model: DecomposedModel, batch: Batch, passes: Passes, on_pass: Tick | None
+) -> tuple[list[Tensor], Tensor, int]:
     """The receiver-input gradients of the summed metric, summed over one pass per replacement
-    dict that `passes` yields, with the counterfactual-minus-clean sender outputs ``[S, B, T, d]``."""
+    dict that `passes` yields, with the counterfactual-minus-clean sender outputs ``[S, B, T, d]``;
+    `on_pass` is called after each pass."""
     with torch.no_grad():
         clean = run(model, batch.clean, batch.answer, batch.foil, keep=True).cache
         cor = run(model, batch.counterfactual, batch.answer, batch.foil, keep=True).cache
@@ -93,6 +133,8 @@ def _grads_and_difference(model: DecomposedModel, batch: Batch, passes: Passes) 
             grads_list = result.input_gradients(model, grads)
         total = grads_list if total is None else [t + g for t, g in zip(total, grads_list, strict=True)]
         count += 1
+        if on_pass is not None:
+            on_pass()
     assert total is not None
     return total, cor.outputs - clean.outputs, count
 
@@ -117,11 +159,13 @@ def _edge_products(model: DecomposedModel, grads: Sequence[Tensor], difference: 
     return scores
 
 
-def _gradient_scores(model: DecomposedModel, batches: Sequence[Batch], passes: Passes) -> np.ndarray:
+def _gradient_scores(
+    model: DecomposedModel, batches: Sequence[Batch], passes: Passes, on_pass: Tick | None = None
+) -> np.ndarray:
     total = torch.zeros(model.graph.n_edges, dtype=torch.float64)
     n = 0
     for batch in batches:
-        grads, difference, count = _grads_and_difference(model, batch, passes)
+        grads, difference, count = _grads_and_difference(model, batch, passes, on_pass)
         with torch.no_grad():
             total += _edge_products(model, grads, difference) / count
         n += len(batch)
@@ -155,7 +199,99 @@ def _ig_activation_passes(model: DecomposedModel, steps: int) -> Passes:
     return passes
 
 
-def _exact_scores(model: DecomposedModel, batches: Sequence[Batch]) -> np.ndarray:
+def _route_importance(outputs: Tensor, x: Tensor) -> Tensor:
+    """Each of the senders' ``outputs`` ``[u, B, T, d]`` importance to the input they sum to,
+    ``x`` ``[B, T, d]``: proximity over its sum, per position (0 where every proximity is 0),
+    averaged over positions and summed over examples: ``[u]``."""
+    proximity = (x.abs().sum(-1) - (x - outputs).abs().sum(-1)).clamp(min=0)
+    total = proximity.sum(0, keepdim=True)
+    importance = torch.where(total > 0, proximity / total.clamp(min=torch.finfo(total.dtype).tiny), 0.0)
+    return importance.mean(2).sum(1).double()
+
+
+def _ifr_scores(model: DecomposedModel, batches: Sequence[Batch], on_pass: Tick | None = None) -> np.ndarray:
+    lay, h = model.layout, model.n_heads
+    total = torch.zeros(model.graph.n_edges, dtype=torch.float64)
+    n = 0
+    with torch.no_grad():
+        for batch in batches:
+            cache = run(model, batch.clean, batch.answer, batch.foil, keep=True).cache
+            assert cache is not None
+            out = cache.outputs
+            for layer in range(model.n_layers):
+                u = lay.heads_upstream(layer)
+                s = _route_importance(out[:u], out[:u].sum(0))
+                total[lay.heads_start[layer] : lay.heads_start[layer] + 3 * h * u] += s.repeat(3 * h)
+                u = lay.mlp_upstream(layer)
+                total[lay.mlp_start[layer] : lay.mlp_start[layer] + u] += _route_importance(out[:u], out[:u].sum(0))
+            total[lay.logits_start :] += _route_importance(out, out.sum(0))
+            n += len(batch)
+            if on_pass is not None:
+                on_pass()
+    return (total / n).numpy()
+
+
+def _ugs_rate(sparsity: float) -> float:
+    """The learning rate the UGS script picks for counterfactual patching: its rate for the
+    sparsity weight, divided by 5."""
+    rate = 1.5e-1 if sparsity <= 1e-4 else 1e-1 if sparsity <= 5e-4 else 5e-2
+    return rate / 5
+
+
+def _ugs_masks(theta: Tensor, n: int, generator: torch.Generator, graph: Graph) -> Tensor:
+    """`n` masks ``[n, E]`` drawn in UGS's uniform window, each example's dangling edges dropped."""
+    alpha = torch.sigmoid(theta)
+    window = (alpha * (1 - alpha)).detach()
+    # alpha's value with its gradient scaled by the window: m's gradient in the window is alpha's
+    scaled = window * alpha - (window - 1) * alpha.detach()
+    u = torch.rand((n, theta.shape[0]), generator=generator, dtype=theta.dtype)
+    masks = 1 - ((u - scaled) / window + 0.5).clamp(0, 1)
+    with torch.no_grad():
+        alive = torch.from_numpy(np.stack([prune(graph, (m > 0).numpy()) for m in masks]))
+    return masks * alive
+
+
+def _ugs_scores(
+    model: DecomposedModel,
+    batches: Sequence[Batch],
+    *,
+    steps: int,
+    sparsity: float,
+    seed: int,
+    on_pass: Tick | None = None,
+    on_step: Callable[[float], None] | None = None,
+) -> np.ndarray:
+    """UGS's alpha per edge after `steps` AdamW steps over `batches` in turn (`on_step` gets
+    each step's objective)."""
+    theta = torch.ones(model.graph.n_edges, dtype=torch.float32, requires_grad=True)  # the script's start
+    optimizer = torch.optim.AdamW([theta], lr=_ugs_rate(sparsity), weight_decay=0.0, betas=(0.9, 0.995))
+    generator = torch.Generator().manual_seed(seed)
+    caches = []
+    with torch.no_grad():
+        for batch in batches:
+            clean = run(model, batch.clean, batch.answer, batch.foil).logits_input
+            cor = run(model, batch.counterfactual, batch.answer, batch.foil, keep=True).cache
+            assert clean is not None and cor is not None
+            caches.append((torch.log_softmax(model.logits(clean[:, -1]).float(), -1), cor))
+    for step in range(steps):
+        i = step % len(batches)
+        target, cor = caches[i]
+        masks = _ugs_masks(theta, len(batches[i]), generator, model.graph)
+        pruned = torch.log_softmax(masked_logits(model, batches[i].clean, masks.to(cor.outputs.dtype), cor).float(), -1)
+        kl = (target.exp() * (target - pruned)).sum(-1).mean()
+        objective = kl + sparsity * torch.sigmoid(theta).sum()
+        optimizer.zero_grad()
+        objective.backward()
+        torch.nn.utils.clip_grad_norm_([theta], max_norm=5.0)
+        optimizer.step()
+        if on_step is not None:
+            on_step(float(objective.detach()))
+        if on_pass is not None:
+            on_pass()
+    return torch.sigmoid(theta).detach().double().numpy()
+
+
+def _exact_scores(model: DecomposedModel, batches: Sequence[Batch], on_pass: Tick | None = None) -> np.ndarray:
     e = model.graph.n_edges
     if e > EXACT_EDGE_LIMIT:
         raise ParameterError(
@@ -173,40 +309,99 @@ def _exact_scores(model: DecomposedModel, batches: Sequence[Batch]) -> np.ndarra
                 patched = run(model, batch.clean, batch.answer, batch.foil, circuit=circuit, corrupt=cor).metric
                 drop[edge] += float(clean - patched.double().sum())
                 circuit[edge] = True
+                if on_pass is not None:
+                    on_pass()
             n += len(batch)
     return drop / n
 
 
-_SCORE_EDGES_OPTIONS = CIRCUIT_TRACK_OPTIONS.only("steps", "seed")
+_SCORE_EDGES_OPTIONS = CIRCUIT_TRACK_OPTIONS.only("steps", "seed", "ugs_sparsity")
+
+
+def passes_per_batch(model: DecomposedModel, method: str, steps: int) -> int:
+    """The passes `method` runs per batch (what `on_pass` counts): none for ``random``, one per
+    edge for ``exact``, ``steps`` for EAP-IG on inputs and UGS, ``(1 + 2L) steps`` on
+    activations, one for EAP, NAP and IFR."""
+    if method == "random":
+        return 0
+    if method == "exact":
+        return model.graph.n_edges
+    if method in ("eap-ig-inputs", "ugs"):
+        return steps
+    if method == "eap-ig-activations":
+        return (1 + 2 * model.n_layers) * steps
+    return 1
 
 
 def score_edges(
-    model: DecomposedModel, batches: Sequence[Batch], method: str, *, steps: int | None = None, seed: int | None = None
+    model: DecomposedModel,
+    batches: Sequence[Batch],
+    method: str,
+    *,
+    steps: int | None = None,
+    seed: int | None = None,
+    ugs_sparsity: float | None = None,
+    on_pass: Tick | None = None,
 ) -> np.ndarray:
     """One score per edge of ``model.graph`` (float64 ``[E]``) by `method` (one of `METHODS`),
     averaged over the examples of `batches`. `steps` (the integration steps of the EAP-IG
-    methods) and `seed` (the random method's): defaults as `CIRCUIT_TRACK_OPTIONS` declares.
+    methods; UGS's steps per batch), `seed` (the random method's and UGS's draws) and
+    `ugs_sparsity`: defaults as `CIRCUIT_TRACK_OPTIONS` declares. `on_pass` is called after each
+    of the method's passes (`passes_per_batch` per batch).
 
     Raises
     ------
     ParameterError
         An unknown method, steps below 1, or `exact` on a graph over `EXACT_EDGE_LIMIT` edges.
     """
-    if method not in METHODS:
-        raise ParameterError(f"unknown circuit method {method!r}; choose one of {', '.join(METHODS)}")
-    values = _SCORE_EDGES_OPTIONS.resolve(steps=steps, seed=seed)
+    if method not in METHODS or method in NODE_METHODS:
+        edge_methods = [m for m in METHODS if m not in NODE_METHODS]
+        raise ParameterError(f"unknown edge-scoring method {method!r}; choose one of {', '.join(edge_methods)}")
+    values = _SCORE_EDGES_OPTIONS.resolve(steps=steps, seed=seed, ugs_sparsity=ugs_sparsity)
     n_steps: int = values["steps"]
     if not batches:
         raise ShapeError("scoring edges needs at least one batch of examples")
     if method == "random":
         return np.random.default_rng(values["seed"]).standard_normal(model.graph.n_edges)
     if method == "exact":
-        return _exact_scores(model, batches)
+        return _exact_scores(model, batches, on_pass)
+    if method == "ifr":
+        return _ifr_scores(model, batches, on_pass)
+    if method == "ugs":
+        return _ugs_scores(
+            model,
+            batches,
+            steps=n_steps * len(batches),
+            sparsity=values["ugs_sparsity"],
+            seed=values["seed"],
+            on_pass=on_pass,
+        )
     if method == "eap":
-        return _gradient_scores(model, batches, lambda batch, clean, cor: [{}])
+        return _gradient_scores(model, batches, lambda batch, clean, cor: [{}], on_pass)
     if method == "eap-ig-inputs":
-        return _gradient_scores(model, batches, _ig_input_passes(n_steps))
-    return _gradient_scores(model, batches, _ig_activation_passes(model, n_steps))
+        return _gradient_scores(model, batches, _ig_input_passes(n_steps), on_pass)
+    return _gradient_scores(model, batches, _ig_activation_passes(model, n_steps), on_pass)
+
+
+def score_nodes(
+    model: DecomposedModel, batches: Sequence[Batch], method: str, *, on_pass: Tick | None = None
+) -> np.ndarray:
+    """One score per node but the logits (float64 ``[N - 1]``, node order) by a node-level
+    `method` (`NODE_METHODS`), averaged over the examples of `batches`; `on_pass` as
+    `score_edges` calls it.
+
+    Raises
+    ------
+    ParameterError
+        A method that does not score nodes.
+    """
+    if method not in NODE_METHODS:
+        raise ParameterError(f"unknown node-scoring method {method!r}; choose one of {', '.join(NODE_METHODS)}")
+    if not batches:
+        raise ShapeError("scoring nodes needs at least one batch of examples")
+    edges = _gradient_scores(model, batches, lambda batch, clean, cor: [{}], on_pass)
+    graph = model.graph
+    return np.bincount(graph.senders, weights=edges, minlength=graph.n_nodes)[:-1]
 
 
 def mean_ablation_cache(model: DecomposedModel, batches: Sequence[Batch]) -> Cache:

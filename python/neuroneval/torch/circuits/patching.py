@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -44,7 +45,7 @@ from neuroneval.options import Option, Options
 
 from .models import DecomposedModel
 
-__all__ = ["RUN_OPTIONS", "Cache", "RunResult", "mean_cache", "run"]
+__all__ = ["RUN_OPTIONS", "Cache", "RunResult", "masked_logits", "mean_cache", "run"]
 
 #: The option of `run`: whether it returns the run's `Cache`.
 RUN_OPTIONS = Options(Option("keep", "flag", False, "return the run's cache"))
@@ -270,6 +271,65 @@ def run(
     metric = model.logit_difference(logits_in[:, -1], answer, foil)
     cache = Cache(torch.stack(outs), residuals, metric) if keep_ else None
     return RunResult(metric, cache, inputs, logits_in, shared_inputs)
+
+
+class _SoftMix(torch.autograd.Function):
+    """``base + masks @ cat(blocks)`` per example (``masks`` ``[B, J, u]``, ``base`` ``[B, 1, n]``,
+    each block ``[B, k, n]``): the concatenation is made for the product and again for the
+    backward pass, so autograd holds only references to the blocks, not a copy per receiver."""
+
+    @staticmethod
+    def forward(ctx: Any, masks: Tensor, base: Tensor, *blocks: Tensor) -> Tensor:
+        ctx.save_for_backward(masks, *blocks)
+        return torch.baddbmm(base, masks, torch.cat(blocks, dim=1))
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        masks, *blocks = ctx.saved_tensors
+        senders = torch.cat(blocks, dim=1)
+        grad_masks = torch.bmm(grad, senders.transpose(1, 2)) if ctx.needs_input_grad[0] else None
+        grad_senders = torch.bmm(masks.transpose(1, 2), grad)
+        grad_blocks = grad_senders.split([b.shape[1] for b in blocks], dim=1)
+        return (grad_masks, grad.sum(1, keepdim=True), *grad_blocks)
+
+
+def _soft_mix(masks: Tensor, blocks: Sequence[Tensor], base: Tensor) -> Tensor:
+    """``base + sum_s masks[b, j, s] (cur_s - cor_s)`` for receivers j, ``[J, B, T, d]``, from the
+    senders' ``cur - cor`` held a block of senders at a time, ``[B, k, T, d]`` (`base`: ``[B, T, d]``)."""
+    b, j = masks.shape[:2]
+    shape = base.shape[1:]
+    flat = [blk.reshape(b, blk.shape[1], -1) for blk in blocks]
+    out: Tensor = _SoftMix.apply(masks, base.reshape(b, 1, -1), *flat)
+    return out.reshape(b, j, *shape).transpose(0, 1)
+
+
+def masked_logits(model: DecomposedModel, tokens: Tensor, masks: Tensor, corrupt: Cache) -> Tensor:
+    """The last position's logits ``[B, vocab]`` with every edge (s, r) of example b reading
+    ``m cur_s + (1 - m) cor_s``, ``m = masks[b, e]`` in [0, 1] (``[B, E]``): a circuit with
+    continuous, per-example edge weights, differentiable in `masks` (mask learning such as UGS).
+    Bool masks give `run`'s circuits; `corrupt` is the counterfactual run's cache."""
+    layout, h = model.layout, model.n_heads
+    b = tokens.shape[0]
+    if masks.shape != (b, model.graph.n_edges):
+        raise ShapeError(f"masks must be [{b}, {model.graph.n_edges}] (examples x edges); got {tuple(masks.shape)}")
+    emb = model.embed(tokens)
+    blocks = [(emb - corrupt.outputs[0]).unsqueeze(1)]
+    if corrupt.outputs.shape[1:3] != emb.shape[:2]:
+        raise ShapeError("masked_logits needs the counterfactual run of the same examples (not means)")
+    for layer in range(model.n_layers):
+        u, start = layout.heads_upstream(layer), layout.heads_start[layer]
+        mixed = _soft_mix(masks[:, start : start + 3 * h * u].reshape(b, 3 * h, u), blocks, corrupt.residuals[u])
+        per = mixed.reshape(h, 3, *mixed.shape[1:])
+        first = layout.first_head(layer)
+        heads = model.heads(layer, per[:, 0], per[:, 1], per[:, 2])
+        u, start = layout.mlp_upstream(layer), layout.mlp_start[layer]
+        blocks.append((heads - corrupt.outputs[first : first + h]).transpose(0, 1))
+        mlp_in = _soft_mix(masks[:, start : start + u].reshape(b, 1, u), blocks, corrupt.residuals[u])[0]
+        blocks.append((model.mlp(layer, mlp_in) - corrupt.outputs[layout.mlp_node(layer)]).unsqueeze(1))
+    u = layout.n_senders
+    last = [blk[:, :, -1:] for blk in blocks]  # only the last position's logits are read
+    x = _soft_mix(masks[:, layout.logits_start :].reshape(b, 1, u), last, corrupt.residuals[u][:, -1:])[0]
+    return model.logits(x[:, -1])
 
 
 def mean_cache(outputs_sum: Tensor, count: int) -> Cache:

@@ -21,19 +21,31 @@ import torch
 
 from neuroneval.circuits import (
     FRACTIONS,
+    NODE_METHODS,
     TASKS,
     CircuitRun,
+    Graph,
     MethodCurve,
     TokenizedTask,
     auroc,
+    prune,
     select_edges,
+    select_nodes,
     tokenize_task,
 )
 from neuroneval.circuits.results import CIRCUIT_MODELS, CIRCUIT_TRACK_OPTIONS
 from neuroneval.errors import EmptyInputError, ParameterError
 
 from .known import digit_pair_batches, train_known_circuit_model
-from .methods import METHODS, Batch, faithfulness_metrics, mean_ablation_cache, score_edges
+from .methods import (
+    METHODS,
+    Batch,
+    faithfulness_metrics,
+    mean_ablation_cache,
+    passes_per_batch,
+    score_edges,
+    score_nodes,
+)
 from .models import DecomposedModel, decompose
 from .patching import run
 
@@ -116,6 +128,8 @@ def evaluate_methods(
     task_name: str,
     steps: int | None = None,
     activation_steps: int | None = None,
+    ugs_steps: int | None = None,
+    ugs_sparsity: float | None = None,
     seed: int | None = None,
     ablation: str | None = None,
     truth: np.ndarray | None = None,
@@ -125,12 +139,14 @@ def evaluate_methods(
     """Score edges with each of `methods` on `score_batches` and evaluate their circuits on
     `eval_batches`; `truth` (a ground-truth edge mask) adds each method's AUROC. EAP-IG on
     activations integrates with `activation_steps` (default `steps`): it costs ``(1 + 2L)`` passes
-    per step where EAP-IG on inputs costs one. `steps`, `seed` and `ablation`: defaults as
-    `CIRCUIT_TRACK_OPTIONS` declares."""
+    per step where EAP-IG on inputs costs one. `steps`, `ugs_steps`, `ugs_sparsity`, `seed` and
+    `ablation`: defaults as `CIRCUIT_TRACK_OPTIONS` declares."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         raise ParameterError(f"unknown circuit method(s) {unknown}; choose from {', '.join(METHODS)}")
-    values = CIRCUIT_TRACK_OPTIONS.only("steps", "seed", "ablation").resolve(steps=steps, seed=seed, ablation=ablation)
+    values = CIRCUIT_TRACK_OPTIONS.only("steps", "seed", "ablation", "ugs_steps", "ugs_sparsity").resolve(
+        steps=steps, seed=seed, ablation=ablation, ugs_steps=ugs_steps, ugs_sparsity=ugs_sparsity
+    )
     steps_: int = values["steps"]
     seed_: int = values["seed"]
     ablation_: str = values["ablation"]
@@ -138,28 +154,42 @@ def evaluate_methods(
         raise EmptyInputError("the circuit track needs examples to score edges and to evaluate circuits")
     graph = model.graph
     scored: list[tuple[str, np.ndarray, float]] = []
-    # one bar over the methods, which closes when the last is done
+    # one bar over every method's passes, which closes when the last is done
     scoring = f"scoring edges by {len(methods)} method{'s' if len(methods) > 1 else ''}"
-    for i, method in enumerate(methods):
+    per_method = {"eap-ig-activations": activation_steps or steps_, "ugs": values["ugs_steps"]}
+    method_steps = {m: per_method.get(m, steps_) for m in methods}
+    total_passes = len(score_batches) * sum(passes_per_batch(model, m, method_steps[m]) for m in methods)
+    passes = 0
+
+    def on_pass() -> None:
+        nonlocal passes
+        passes += 1
         if progress is not None:
-            progress(scoring, i, len(methods))
+            progress(scoring, passes, total_passes)
+
+    if progress is not None:
+        progress(scoring, 0, total_passes)
+    for method in methods:
         start = time.perf_counter()
         requires = [p.requires_grad for p in model.model.parameters()]
         for p in model.model.parameters():  # gradients reach the receivers' inputs only
             p.requires_grad_(False)
         try:
-            n_steps = activation_steps if method == "eap-ig-activations" and activation_steps is not None else steps_
-            scores = score_edges(model, score_batches, method, steps=n_steps, seed=seed_)
+            if method in NODE_METHODS:
+                scores = score_nodes(model, score_batches, method, on_pass=on_pass)
+            else:
+                scores = score_edges(
+                    model, score_batches, method, steps=method_steps[method], seed=seed_,
+                    ugs_sparsity=values["ugs_sparsity"], on_pass=on_pass,
+                )  # fmt: skip
         finally:
             for p, r in zip(model.model.parameters(), requires, strict=True):
                 p.requires_grad_(r)
         scored.append((method, scores, time.perf_counter() - start))
-        if progress is not None:
-            progress(scoring, i + 1, len(methods))
     # every method's circuits at every fraction, signed then absolute, evaluated together: one
     # clean and one counterfactual cache per batch
     circuits = [
-        select_edges(graph, scores, f, absolute=a) for _, scores, _ in scored for a in (False, True) for f in fractions
+        _circuit(graph, method, scores, f, a) for method, scores, _ in scored for a in (False, True) for f in fractions
     ]
     means = mean_ablation_cache(model, eval_batches) if ablation_ == "mean" else None
     total, done = sum(len(b) for b in eval_batches), 0
@@ -179,8 +209,12 @@ def evaluate_methods(
         sizes = [int(c.sum()) for c in circuits[2 * k * i : 2 * k * (i + 1)]]
         m = metrics[2 * k * i : 2 * k * (i + 1)]
         signed_sizes, absolute_sizes = np.asarray(sizes[:k], dtype=np.int64), np.asarray(sizes[k:], dtype=np.int64)
-        score_auroc = None if truth is None else auroc(graph, scores, truth, fractions)
-        curves.append(MethodCurve(method, scores, seconds, signed_sizes, m[:k], absolute_sizes, m[k:], score_auroc))
+        level = "node" if method in NODE_METHODS else "edge"
+        # InterpBench's AUROC is defined on edges (MIB's node version is not implemented)
+        score_auroc = None if truth is None or level == "node" else auroc(graph, scores, truth, fractions)
+        curves.append(
+            MethodCurve(method, scores, seconds, signed_sizes, m[:k], absolute_sizes, m[k:], score_auroc, level)
+        )
     return CircuitRun(
         model=model_name,
         task=task_name,
@@ -192,12 +226,22 @@ def evaluate_methods(
         n_eval=sum(len(b) for b in eval_batches),
         steps=steps_,
         activation_steps=activation_steps,
+        ugs_steps=values["ugs_steps"] if "ugs" in methods else None,
+        ugs_sparsity=values["ugs_sparsity"] if "ugs" in methods else None,
         seed=seed_,
         fractions=tuple(float(f) for f in fractions),
         full=full,
         empty=empty,
         methods=tuple(curves),
     )
+
+
+def _circuit(graph: Graph, method: str, scores: np.ndarray, fraction: float, absolute: bool) -> np.ndarray:
+    """The circuit of `method`'s scores at `fraction`: its top edges, or for a node method (MIB's
+    node level) its top nodes with all their outgoing edges, pruned."""
+    if method in NODE_METHODS:
+        return prune(graph, select_nodes(graph, np.append(scores, np.nan), fraction, absolute=absolute)[0])
+    return select_edges(graph, scores, fraction, absolute=absolute)
 
 
 def language_task_batches(
@@ -274,6 +318,8 @@ def circuit_track(
     n_eval: int | None = None,
     steps: int | None = None,
     activation_steps: int | None = None,
+    ugs_steps: int | None = None,
+    ugs_sparsity: float | None = None,
     batch_size: int | None = None,
     ablation: str | None = None,
     seed: int | None = None,
@@ -295,6 +341,8 @@ def circuit_track(
         n_eval=n_eval,
         steps=steps,
         activation_steps=activation_steps,
+        ugs_steps=ugs_steps,
+        ugs_sparsity=ugs_sparsity,
         batch_size=batch_size,
         ablation=ablation,
         seed=seed,
@@ -333,6 +381,8 @@ def circuit_track(
         task_name=task,
         steps=options["steps"],
         activation_steps=options["activation_steps"],
+        ugs_steps=options["ugs_steps"],
+        ugs_sparsity=options["ugs_sparsity"],
         seed=seed_,
         ablation=options["ablation"],
         truth=truth,
