@@ -19,11 +19,15 @@ from neuroneval.circuits.tasks import (
     ARITHMETIC_TEMPLATES,
     IOI_NAMES,
     IOI_TEMPLATES,
+    MCQA_COLORS,
+    MCQA_LETTERS,
+    MCQA_OBJECTS,
     TASKS,
     TaskExample,
     TokenizedTask,
     arithmetic_examples,
     ioi_examples,
+    mcqa_examples,
     tokenize_task,
 )
 from neuroneval.errors import DTypeError, EmptyInputError, ParameterError, ShapeError
@@ -66,7 +70,7 @@ def test_same_seed_same_examples_other_seed_others(task: str) -> None:
 
 
 def test_tasks_registry() -> None:
-    assert TASKS == {"ioi": ioi_examples, "arithmetic": arithmetic_examples}
+    assert TASKS == {"ioi": ioi_examples, "arithmetic": arithmetic_examples, "mcqa": mcqa_examples}
 
 
 def test_ioi_examples_parse_as_the_s2_io_flip() -> None:
@@ -100,6 +104,40 @@ def test_ioi_examples_parse_as_the_s2_io_flip() -> None:
     # both roles draw from the whole list
     assert {ex.answer[1:] for ex in examples} == set(IOI_NAMES)
     assert {ex.counterfactual_answer[1:] for ex in examples} == set(IOI_NAMES)
+
+
+MCQA_PROMPT = re.compile(
+    r"The (?P<obj>\w+) is (?P<color>\w+)\. What color is the (?P=obj)\?\n"
+    r"A\. (?P<c0>\w+)\nB\. (?P<c1>\w+)\nC\. (?P<c2>\w+)\nD\. (?P<c3>\w+)\nAnswer:"
+)
+
+
+def test_mcqa_examples_move_the_answer_to_another_letter() -> None:
+    """Parsed back from the text: four distinct colours, the object's among them under the
+    answer's letter; the counterfactual the same question with the correct colour swapped with
+    one other choice, so its answer is that choice's letter."""
+    examples = mcqa_examples(600, seed=3)
+    letters, moved_to, objects = [], [], set()
+    for ex in examples:
+        clean, cf = MCQA_PROMPT.fullmatch(ex.clean), MCQA_PROMPT.fullmatch(ex.counterfactual)
+        assert clean and cf, ex
+        choices, cf_choices = [clean[f"c{i}"] for i in range(4)], [cf[f"c{i}"] for i in range(4)]
+        assert len(set(choices)) == 4 and set(choices) <= set(MCQA_COLORS) and clean["obj"] in MCQA_OBJECTS
+        assert (clean["obj"], clean["color"]) == (cf["obj"], cf["color"])
+        here, there = choices.index(clean["color"]), cf_choices.index(clean["color"])
+        assert (
+            here != there
+            and ex.answer == f" {MCQA_LETTERS[here]}"
+            and ex.counterfactual_answer == f" {MCQA_LETTERS[there]}"
+        )
+        swapped = list(choices)
+        swapped[here], swapped[there] = swapped[there], swapped[here]
+        assert cf_choices == swapped
+        letters.append(here)
+        moved_to.append(there)
+        objects.add(clean["obj"])
+    assert set(letters) == set(moved_to) == {0, 1, 2, 3} and objects == set(MCQA_OBJECTS)
+    assert np.bincount(letters, minlength=4).min() > 100  # every letter answers often
 
 
 @pytest.mark.parametrize("answer_space", [True, False])
@@ -371,6 +409,23 @@ def test_smollm2_arithmetic(smollm2: Any) -> None:
         ShapeError, match=re.escape(f"example 0: the answer {default[0].answer!r} tokenizes to 2 tokens {ids}")
     ):
         tokenize_task(default, tokenize, name="arithmetic")
+
+
+def test_smollm2_mcqa(smollm2: Any) -> None:
+    """SmolLM2 tokenizes MCQA's prompts to the same length (the counterfactual only reorders
+    the choices), each letter answer to one token; a lettering whose answer is two tokens is
+    refused naming it."""
+    tokenize = ids_of(smollm2)
+    examples = mcqa_examples(200, seed=9)
+    task = tokenize_task(examples, tokenize, name="mcqa")
+    for i, ex in enumerate(examples):
+        assert task.clean[i].shape == task.counterfactual[i].shape
+        assert smollm2.decode(task.clean[i].tolist()) == ex.clean
+        assert smollm2.decode([int(task.answer[i])]) == ex.answer
+    assert len(set(task.answer.tolist())) == 4
+    long = TaskExample(examples[0].clean, examples[0].counterfactual, " Aardvark", examples[0].counterfactual_answer)
+    with pytest.raises(ShapeError, match="the answer ' Aardvark' tokenizes to [2-9] tokens"):
+        tokenize_task([long], tokenize, name="mcqa")
 
 
 def test_smollm2_multi_token_answer_is_a_clear_error(smollm2: Any) -> None:

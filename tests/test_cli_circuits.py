@@ -128,10 +128,13 @@ def test_table_errors(tmp_path: Path, runs: tuple[Path, list[CircuitRun]], capfd
     ("argv", "fragments"),
     [
         (["--model", "gpt2"], ["--model must be one of smollm2, digit-pair; got 'gpt2'"]),
-        (["--model", "smollm2", "--task", "sst2"], ["--task must be one of ioi, arithmetic, digit-pair; got 'sst2'"]),
+        (
+            ["--model", "smollm2", "--task", "sst2"],
+            ["--task must be one of ioi, arithmetic, mcqa, digit-pair; got 'sst2'"],
+        ),
         (
             ["--model", "smollm2", "--task", "digit-pair"],
-            ["--task digit-pair is not a task of --model smollm2", "ioi, arithmetic"],
+            ["--task digit-pair is not a task of --model smollm2", "ioi, arithmetic, mcqa"],
         ),
         (["--model", "digit-pair", "--task", "ioi"], ["--task ioi is not a task of --model digit-pair"]),
         (

@@ -159,6 +159,11 @@ def test_a_run_directory_alone(tmp_path: Path, capfd: pytest.CaptureFixture[str]
     facts = " ".join(section.find("ul", class_="facts").text().split())
     assert f"{GRAPH.n_edges} edges (2 layers of 2 heads)" in facts and "m(full) 2, m(empty) -1" in facts
     assert "EAP-IG: 5 integration steps on inputs, 2 on activations" in facts  # the steps that ran
+    assert "UGS" not in facts  # a run without UGS says nothing of it
+    with_ugs = replace(r, ugs_steps=40, ugs_sparsity=0.002)
+    with_ugs.write(tmp_path / "ugs")
+    ugs_facts = parse(report.render_report(tmp_path / "ugs")).find("section", id="circuits").find("ul", class_="facts")
+    assert "UGS: 40 steps of 5 examples, sparsity 0.002" in " ".join(ugs_facts.text().split())
     notes = " ".join(" ".join(p.text().split()) for p in section.find_all("p", class_="note"))
     assert "log axis" in notes and "CPR and CMD integrate the same points on the linear axis" in notes
     code, out, err = run(["report", tmp_path / "dp"], capfd)

@@ -123,7 +123,10 @@ class FeaturizerResult:
     highest: float
     average_interval: tuple[float, float]
     highest_interval: tuple[float, float]
+    #: Its share of the run's time: featurizers trained together (DAS, the DBMs) share their
+    #: training equally, and all share their stacked tests (the sums are the run's totals).
     seconds: float
+    #: The part of `seconds` spent fitting or training it.
     fit_seconds: float = 0.0
     #: Features each unit's interchange swaps (DAS's learned size, DBM's mask), [L, P].
     swapped: np.ndarray | None = None

@@ -43,7 +43,16 @@ import numpy as np
 import numpy.typing as npt
 
 from .._coerce import check_integer
-from ..circuits.tasks import IOI_NAMES, IOI_OBJECTS, IOI_PLACES, IOI_TEMPLATES
+from ..circuits.tasks import (
+    IOI_NAMES,
+    IOI_OBJECTS,
+    IOI_PLACES,
+    IOI_TEMPLATES,
+    MCQA_COLORS,
+    MCQA_LETTERS,
+    MCQA_OBJECTS,
+    MCQA_TEMPLATE,
+)
 from ..errors import ParameterError, ShapeError
 from ..options import SCORE_OPTIONS, Options
 from .model import CausalModel, CounterfactualDataset, counterfactual_dataset
@@ -326,12 +335,6 @@ def arithmetic_task() -> CausalTask:
 
 #: MIB's MCQA builds an object, its colour and four coloured choices; colours that are one token
 #: after a space in SmolLM2's tokenizer.
-MCQA_COLORS = ("red", "blue", "green", "yellow", "black", "white", "brown", "pink", "purple", "orange", "gray")
-MCQA_OBJECTS = ("apple", "car", "shirt", "ball", "house", "flower", "book", "chair", "cup", "hat", "door", "bird")
-_LETTERS = ("A", "B", "C", "D")
-_MCQA_TEMPLATE = (
-    "The {object} is {color}. What color is the {object}?\n{l0}. {c0}\n{l1}. {c1}\n{l2}. {c2}\n{l3}. {c3}\nAnswer:"
-)
 
 
 def _mcqa_model() -> CausalModel:
@@ -352,7 +355,7 @@ def _mcqa_sample(rng: np.random.Generator) -> Setting:
         "object": MCQA_OBJECTS[int(rng.integers(len(MCQA_OBJECTS)))],
         "color": colors[int(rng.integers(4))],
         "choices": colors,
-        "letters": _LETTERS,
+        "letters": MCQA_LETTERS,
     }
 
 
@@ -379,7 +382,7 @@ def _mcqa_show(setting: Setting) -> tuple[str, dict[str, int]]:
     for i in range(4):
         values[f"l{i}"] = setting["letters"][i]
         values[f"c{i}"] = setting["choices"][i]
-    text, ends = render(_MCQA_TEMPLATE, values)
+    text, ends = render(MCQA_TEMPLATE, values)
     right = setting["choices"].index(setting["color"])
     return text, {"correct_choice": ends[f"c{right}"][0]}
 

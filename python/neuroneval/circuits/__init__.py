@@ -9,7 +9,8 @@
 - `faithfulness`, `cpr`, `cmd`, `mean_faithfulness` at the ten `FRACTIONS`;
 - `weighted_edge_count` with node and neuron masks; `auroc` against a ground-truth circuit
   (MIB's greedy circuits, or ours: `AUROC_SELECTIONS`);
-- `ioi_examples`, `arithmetic_examples`, `tokenize_task`: the tasks' seeded prompt pairs (`tasks`);
+- `ioi_examples`, `arithmetic_examples`, `mcqa_examples`, `tokenize_task`: the tasks' seeded
+  prompt pairs (`tasks`);
 - `CircuitRun`, `MethodCurve`: a run of the track (edge scores, faithfulness curves, CPR, CMD),
   written and read as files, `circuit_table` across runs; `write_edge_scores` and
   `read_edge_scores` (and `read_node_scores` for a node-level method) in MIB's circuit JSON
@@ -61,7 +62,16 @@ from .results import (
     write_edge_scores,
 )
 from .scores import AUROC_SELECTIONS, FRACTIONS, auroc, cmd, cpr, faithfulness, mean_faithfulness, weighted_edge_count
-from .tasks import TASK_OPTIONS, TASKS, TaskExample, TokenizedTask, arithmetic_examples, ioi_examples, tokenize_task
+from .tasks import (
+    TASK_OPTIONS,
+    TASKS,
+    TaskExample,
+    TokenizedTask,
+    arithmetic_examples,
+    ioi_examples,
+    mcqa_examples,
+    tokenize_task,
+)
 
 __all__ = [
     "AUROC_SELECTIONS",
@@ -81,6 +91,7 @@ __all__ = [
     "find_circuit_runs",
     "format_circuit_table",
     "ioi_examples",
+    "mcqa_examples",
     "read_circuit_run",
     "read_edge_scores",
     "read_node_scores",

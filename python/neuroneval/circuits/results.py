@@ -96,7 +96,7 @@ NODE_METHODS = ("nap",)
 LEVELS = ("edge", "node")
 #: The models the track runs (`neuroneval.torch.circuits.circuit_track`) and each one's tasks,
 #: the first its default.
-CIRCUIT_MODELS: dict[str, tuple[str, ...]] = {"smollm2": ("ioi", "arithmetic"), "digit-pair": ("digit-pair",)}
+CIRCUIT_MODELS: dict[str, tuple[str, ...]] = {"smollm2": ("ioi", "arithmetic", "mcqa"), "digit-pair": ("digit-pair",)}
 #: How an edge outside the circuit is ablated: the counterfactual run's activation, or the mean.
 ABLATIONS = ("patching", "mean")
 #: How circuits are picked from the scores: top signed scores (CPR), top absolute scores (CMD).
@@ -116,7 +116,7 @@ CIRCUIT_TRACK_OPTIONS = Options(
         low=1,
         metavar="N",
     ),
-    Option("ugs_steps", "integer", 100, "UGS's mask-learning steps per scoring batch", low=1, metavar="N"),
+    Option("ugs_steps", "integer", 100, "UGS's mask-learning steps, 5 scoring examples each", low=1, metavar="N"),
     Option(
         "ugs_sparsity",
         "real",
@@ -347,8 +347,8 @@ class CircuitRun:
     activation_steps : int, optional
         Integration steps of EAP-IG on activations (default: `steps`).
     ugs_steps : int, optional
-        UGS's steps per scoring batch, and ``ugs_sparsity`` its sparsity weight (None for a run
-        without UGS).
+        UGS's steps (5 scoring examples each), and ``ugs_sparsity`` its sparsity weight (None for
+        a run without UGS).
     d_model : int, optional
         The model's hidden size, written into the score files' ``cfg``: MIB's (EAP-IG's)
         ``Graph.from_json`` needs it (None for a run that does not know it).

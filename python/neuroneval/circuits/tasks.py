@@ -10,6 +10,8 @@ one moves that difference, which is what a circuit is scored on.
   flips from the indirect object to the subject);
 - `arithmetic_examples`: two-operand addition with a single-digit sum, the counterfactual another pair
   of operands, in the same template, with another sum;
+- `mcqa_examples`: MIB's synthetic multiple choice (an object's colour among four lettered
+  choices), the counterfactual the correct colour moved to another letter;
 - `tokenize_task`: a task's token ids through any tokenizer (a callable from text to ids), checked:
   every answer one token, the clean and counterfactual prompts of an example the same length (positions
   correspond, as patching needs). `TokenizedTask.batches` groups examples of one length, so no batch
@@ -62,12 +64,18 @@ __all__ = [
     "IOI_OBJECTS",
     "IOI_PLACES",
     "IOI_TEMPLATES",
+    "MCQA_COLORS",
+    "MCQA_LETTERS",
+    "MCQA_OBJECTS",
+    "MCQA_TEMPLATE",
     "TASKS",
     "TASK_OPTIONS",
     "TaskExample",
     "TokenizedTask",
     "arithmetic_examples",
     "ioi_examples",
+    "mcqa_examples",
+    "mcqa_prompt",
     "tokenize_task",
 ]
 
@@ -162,6 +170,14 @@ IOI_TEMPLATES = (
 )
 
 #: The addition templates: ``{a}`` and ``{b}`` are the operands; the answer follows the last character.
+#: MIB's synthetic multiple choice (MCQA): an object's colour, asked with four lettered choices.
+MCQA_COLORS = ("red", "blue", "green", "yellow", "black", "white", "brown", "pink", "purple", "orange", "gray")
+MCQA_OBJECTS = ("apple", "car", "shirt", "ball", "house", "flower", "book", "chair", "cup", "hat", "door", "bird")
+MCQA_LETTERS = ("A", "B", "C", "D")
+MCQA_TEMPLATE = (
+    "The {object} is {color}. What color is the {object}?\n{l0}. {c0}\n{l1}. {c1}\n{l2}. {c2}\n{l3}. {c3}\nAnswer:"
+)
+
 ARITHMETIC_TEMPLATES = (
     "{a} + {b} =",
     "What is {a} plus {b}? Answer:",
@@ -283,8 +299,54 @@ def arithmetic_examples(n: int, *, seed: int | None = None, answer_space: bool |
     return out
 
 
+def mcqa_prompt(obj: str, color: str, choices: Sequence[str]) -> str:
+    """MCQA's prompt (`MCQA_TEMPLATE`): the object's colour, then the four choices lettered A-D."""
+    values = {f"l{i}": letter for i, letter in enumerate(MCQA_LETTERS)} | {f"c{i}": c for i, c in enumerate(choices)}
+    return MCQA_TEMPLATE.format(object=obj, color=color, **values)
+
+
+def mcqa_examples(n: int, *, seed: int | None = None) -> list[TaskExample]:
+    """`n` synthetic multiple-choice examples with MIB's answer-position counterfactual.
+
+    Each draws an object of `MCQA_OBJECTS` and four distinct colours of `MCQA_COLORS` as the
+    choices, one of them the object's. The counterfactual swaps the correct colour with another
+    choice (drawn among the three), so its answer is another letter; the answers are the
+    letters with their space, ``" B"`` and ``" D"``.
+
+    Raises
+    ------
+    ParameterError
+        `n` not an integer >= 1, or `seed` (`TASK_OPTIONS`) out of its domain.
+    """
+    count = _count(n)
+    rng = np.random.default_rng(TASK_OPTIONS.only("seed").resolve(seed=seed)["seed"])
+    out = []
+    for _ in range(count):
+        obj = MCQA_OBJECTS[int(rng.integers(len(MCQA_OBJECTS)))]
+        choices = [MCQA_COLORS[int(i)] for i in rng.choice(len(MCQA_COLORS), size=4, replace=False)]
+        here = int(rng.integers(4))
+        there = int(rng.integers(3))
+        there += there >= here
+        moved = list(choices)
+        moved[here], moved[there] = moved[there], moved[here]
+        color = choices[here]
+        out.append(
+            TaskExample(
+                mcqa_prompt(obj, color, choices),
+                mcqa_prompt(obj, color, moved),
+                f" {MCQA_LETTERS[here]}",
+                f" {MCQA_LETTERS[there]}",
+            )
+        )
+    return out
+
+
 #: The tasks by name: each takes ``n`` and the keyword ``seed``.
-TASKS: dict[str, Callable[..., list[TaskExample]]] = {"ioi": ioi_examples, "arithmetic": arithmetic_examples}
+TASKS: dict[str, Callable[..., list[TaskExample]]] = {
+    "ioi": ioi_examples,
+    "arithmetic": arithmetic_examples,
+    "mcqa": mcqa_examples,
+}
 
 
 def _frozen(ids: IntArray) -> IntArray:

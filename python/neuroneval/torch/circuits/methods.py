@@ -31,7 +31,8 @@ CMD circuits (SPEC section 7).
   ``m = clamp(0.5 + (alpha - u) / w, 0, 1)`` with ``u ~ U(0, 1)`` and ``w = alpha (1 - alpha)``
   (so ``m`` is 1 or 0 but for a window around alpha, where its gradient is that of alpha),
   drops each example's dangling edges (`prune` of ``m > 0``), runs the model with every edge
-  (s, r) reading ``m cur_s + (1 - m) cor_s`` (`masked_logits`) and takes an AdamW step on the
+  (s, r) reading ``m cur_s + (1 - m) cor_s`` (`masked_logits`) and takes an AdamW step, on
+  `UGS_BATCH` examples at a time, on the
   KL divergence of its last-position distribution from the clean model's plus
   ``sparsity * sum(alpha)``. The score is alpha.
 
@@ -67,7 +68,7 @@ __all__ = [
     "Batch",
     "faithfulness_metrics",
     "mean_ablation_cache",
-    "passes_per_batch",
+    "method_passes",
     "score_edges",
     "score_nodes",
 ]
@@ -251,6 +252,10 @@ def _ugs_masks(theta: Tensor, n: int, generator: torch.Generator, graph: Graph) 
     return masks * alive
 
 
+#: Examples per UGS step (the UGS script's batch size).
+UGS_BATCH = 5
+
+
 def _ugs_scores(
     model: DecomposedModel,
     batches: Sequence[Batch],
@@ -261,23 +266,26 @@ def _ugs_scores(
     on_pass: Tick | None = None,
     on_step: Callable[[float], None] | None = None,
 ) -> np.ndarray:
-    """UGS's alpha per edge after `steps` AdamW steps over `batches` in turn (`on_step` gets
-    each step's objective)."""
+    """UGS's alpha per edge after `steps` AdamW steps, each on `UGS_BATCH` examples of
+    `batches` in turn (`on_step` gets each step's objective)."""
     theta = torch.ones(model.graph.n_edges, dtype=torch.float32, requires_grad=True)  # the script's start
     optimizer = torch.optim.AdamW([theta], lr=_ugs_rate(sparsity), weight_decay=0.0, betas=(0.9, 0.995))
     generator = torch.Generator().manual_seed(seed)
-    caches = []
+    parts = []
     with torch.no_grad():
         for batch in batches:
-            clean = run(model, batch.clean, batch.answer, batch.foil).logits_input
-            cor = run(model, batch.counterfactual, batch.answer, batch.foil, keep=True).cache
-            assert clean is not None and cor is not None
-            caches.append((torch.log_softmax(model.logits(clean[:, -1]).float(), -1), cor))
+            for at in range(0, len(batch), UGS_BATCH):
+                part = Batch(
+                    *(t[at : at + UGS_BATCH] for t in (batch.clean, batch.counterfactual, batch.answer, batch.foil))
+                )
+                clean = run(model, part.clean, part.answer, part.foil).logits_input
+                cor = run(model, part.counterfactual, part.answer, part.foil, keep=True).cache
+                assert clean is not None and cor is not None
+                parts.append((part, torch.log_softmax(model.logits(clean[:, -1]).float(), -1), cor))
     for step in range(steps):
-        i = step % len(batches)
-        target, cor = caches[i]
-        masks = _ugs_masks(theta, len(batches[i]), generator, model.graph)
-        pruned = torch.log_softmax(masked_logits(model, batches[i].clean, masks.to(cor.outputs.dtype), cor).float(), -1)
+        part, target, cor = parts[step % len(parts)]
+        masks = _ugs_masks(theta, len(part), generator, model.graph)
+        pruned = torch.log_softmax(masked_logits(model, part.clean, masks.to(cor.outputs.dtype), cor).float(), -1)
         kl = (target.exp() * (target - pruned)).sum(-1).mean()
         objective = kl + sparsity * torch.sigmoid(theta).sum()
         optimizer.zero_grad()
@@ -318,19 +326,16 @@ def _exact_scores(model: DecomposedModel, batches: Sequence[Batch], on_pass: Tic
 _SCORE_EDGES_OPTIONS = CIRCUIT_TRACK_OPTIONS.only("steps", "seed", "ugs_sparsity")
 
 
-def passes_per_batch(model: DecomposedModel, method: str, steps: int) -> int:
-    """The passes `method` runs per batch (what `on_pass` counts): none for ``random``, one per
-    edge for ``exact``, ``steps`` for EAP-IG on inputs and UGS, ``(1 + 2L) steps`` on
-    activations, one for EAP, NAP and IFR."""
-    if method == "random":
-        return 0
-    if method == "exact":
-        return model.graph.n_edges
-    if method in ("eap-ig-inputs", "ugs"):
+def method_passes(model: DecomposedModel, method: str, steps: int, n_batches: int) -> int:
+    """The passes `method` runs over `n_batches` batches (what `on_pass` counts): none for
+    ``random``, per batch one per edge for ``exact``, ``steps`` for EAP-IG on inputs,
+    ``(1 + 2L) steps`` on activations, one for EAP, NAP and IFR; ``steps`` in all for UGS."""
+    per_batch = {"random": 0, "exact": model.graph.n_edges, "eap-ig-inputs": steps}
+    if method == "ugs":
         return steps
     if method == "eap-ig-activations":
-        return (1 + 2 * model.n_layers) * steps
-    return 1
+        return n_batches * (1 + 2 * model.n_layers) * steps
+    return n_batches * per_batch.get(method, 1)
 
 
 def score_edges(
@@ -345,9 +350,9 @@ def score_edges(
 ) -> np.ndarray:
     """One score per edge of ``model.graph`` (float64 ``[E]``) by `method` (one of `METHODS`),
     averaged over the examples of `batches`. `steps` (the integration steps of the EAP-IG
-    methods; UGS's steps per batch), `seed` (the random method's and UGS's draws) and
+    methods; UGS's steps in all), `seed` (the random method's and UGS's draws) and
     `ugs_sparsity`: defaults as `CIRCUIT_TRACK_OPTIONS` declares. `on_pass` is called after each
-    of the method's passes (`passes_per_batch` per batch).
+    of the method's passes (`method_passes`).
 
     Raises
     ------

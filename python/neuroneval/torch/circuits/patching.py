@@ -274,33 +274,56 @@ def run(
 
 
 class _SoftMix(torch.autograd.Function):
-    """``base + masks @ cat(blocks)`` per example (``masks`` ``[B, J, u]``, ``base`` ``[B, 1, n]``,
-    each block ``[B, k, n]``): the concatenation is made for the product and again for the
-    backward pass, so autograd holds only references to the blocks, not a copy per receiver."""
+    """``base + masks @ senders`` per example (``masks`` ``[B, J, u]``, ``base`` ``[B, 1, n]``,
+    ``senders`` ``[B, u, n]``, a view of the buffer the senders' outputs are written into as the
+    pass computes them): no copy of the senders is made per receiver, and autograd holds only
+    the view. `blocks` are the same outputs as the graph computed them (``[B, k, n]`` each, in
+    order): the gradient reaching the view is passed on to them."""
 
     @staticmethod
-    def forward(ctx: Any, masks: Tensor, base: Tensor, *blocks: Tensor) -> Tensor:
-        ctx.save_for_backward(masks, *blocks)
-        return torch.baddbmm(base, masks, torch.cat(blocks, dim=1))
+    def forward(ctx: Any, masks: Tensor, base: Tensor, senders: Tensor, *blocks: Tensor) -> Tensor:
+        ctx.save_for_backward(masks)
+        ctx.senders = senders
+        ctx.sizes = [blk.shape[1] for blk in blocks]
+        return torch.baddbmm(base, masks, senders)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        masks, *blocks = ctx.saved_tensors
-        senders = torch.cat(blocks, dim=1)
-        grad_masks = torch.bmm(grad, senders.transpose(1, 2)) if ctx.needs_input_grad[0] else None
-        grad_senders = torch.bmm(masks.transpose(1, 2), grad)
-        grad_blocks = grad_senders.split([b.shape[1] for b in blocks], dim=1)
-        return (grad_masks, grad.sum(1, keepdim=True), *grad_blocks)
+        (masks,) = ctx.saved_tensors
+        grad_masks = torch.bmm(grad, ctx.senders.transpose(1, 2)) if ctx.needs_input_grad[0] else None
+        grad_blocks = torch.bmm(masks.transpose(1, 2), grad).split(ctx.sizes, dim=1)
+        return (grad_masks, grad.sum(1, keepdim=True), None, *grad_blocks)
 
 
-def _soft_mix(masks: Tensor, blocks: Sequence[Tensor], base: Tensor) -> Tensor:
-    """``base + sum_s masks[b, j, s] (cur_s - cor_s)`` for receivers j, ``[J, B, T, d]``, from the
-    senders' ``cur - cor`` held a block of senders at a time, ``[B, k, T, d]`` (`base`: ``[B, T, d]``)."""
-    b, j = masks.shape[:2]
-    shape = base.shape[1:]
-    flat = [blk.reshape(b, blk.shape[1], -1) for blk in blocks]
-    out: Tensor = _SoftMix.apply(masks, base.reshape(b, 1, -1), *flat)
-    return out.reshape(b, j, *shape).transpose(0, 1)
+class _Senders:
+    """The senders' ``cur - cor`` of a masked pass: the graph's own tensors (`blocks`, each
+    ``[B, k, T, d]``) and a copy of them side by side in one buffer ``[B, S, T, d]`` that every
+    receiver reads a prefix of."""
+
+    def __init__(self, b: int, s: int, t: int, d: int, dtype: torch.dtype) -> None:
+        self.buffer = torch.empty((b, s, t, d), dtype=dtype)
+        self.blocks: list[Tensor] = []
+        self.count = 0
+
+    def add(self, block: Tensor) -> None:
+        k = block.shape[1]
+        with torch.no_grad():
+            self.buffer[:, self.count : self.count + k].copy_(block)
+        self.blocks.append(block)
+        self.count += k
+
+    def mix(self, masks: Tensor, base: Tensor, last: bool = False) -> Tensor:
+        """``base + sum_s masks[b, j, s] (cur_s - cor_s)`` over the senders so far, ``[J, B, T, d]``
+        (`base` ``[B, T, d]``); `last`: at the last position only (``[J, B, 1, d]``)."""
+        b, j = masks.shape[:2]
+        view = self.buffer[:, : self.count]
+        blocks = self.blocks
+        if last:
+            view, blocks, base = view[:, :, -1:], [blk[:, :, -1:] for blk in blocks], base[:, -1:]
+        shape = base.shape[1:]
+        flat = [blk.reshape(b, blk.shape[1], -1) for blk in blocks]
+        out: Tensor = _SoftMix.apply(masks, base.reshape(b, 1, -1), view.reshape(b, self.count, -1), *flat)
+        return out.reshape(b, j, *shape).transpose(0, 1)
 
 
 def masked_logits(model: DecomposedModel, tokens: Tensor, masks: Tensor, corrupt: Cache) -> Tensor:
@@ -313,22 +336,23 @@ def masked_logits(model: DecomposedModel, tokens: Tensor, masks: Tensor, corrupt
     if masks.shape != (b, model.graph.n_edges):
         raise ShapeError(f"masks must be [{b}, {model.graph.n_edges}] (examples x edges); got {tuple(masks.shape)}")
     emb = model.embed(tokens)
-    blocks = [(emb - corrupt.outputs[0]).unsqueeze(1)]
     if corrupt.outputs.shape[1:3] != emb.shape[:2]:
         raise ShapeError("masked_logits needs the counterfactual run of the same examples (not means)")
+    senders = _Senders(b, layout.n_senders, emb.shape[1], emb.shape[2], emb.dtype)
+    senders.add((emb - corrupt.outputs[0]).unsqueeze(1))
     for layer in range(model.n_layers):
         u, start = layout.heads_upstream(layer), layout.heads_start[layer]
-        mixed = _soft_mix(masks[:, start : start + 3 * h * u].reshape(b, 3 * h, u), blocks, corrupt.residuals[u])
+        mixed = senders.mix(masks[:, start : start + 3 * h * u].reshape(b, 3 * h, u), corrupt.residuals[u])
         per = mixed.reshape(h, 3, *mixed.shape[1:])
         first = layout.first_head(layer)
-        heads = model.heads(layer, per[:, 0], per[:, 1], per[:, 2])
+        senders.add(
+            (model.heads(layer, per[:, 0], per[:, 1], per[:, 2]) - corrupt.outputs[first : first + h]).transpose(0, 1)
+        )
         u, start = layout.mlp_upstream(layer), layout.mlp_start[layer]
-        blocks.append((heads - corrupt.outputs[first : first + h]).transpose(0, 1))
-        mlp_in = _soft_mix(masks[:, start : start + u].reshape(b, 1, u), blocks, corrupt.residuals[u])[0]
-        blocks.append((model.mlp(layer, mlp_in) - corrupt.outputs[layout.mlp_node(layer)]).unsqueeze(1))
+        mlp_in = senders.mix(masks[:, start : start + u].reshape(b, 1, u), corrupt.residuals[u])[0]
+        senders.add((model.mlp(layer, mlp_in) - corrupt.outputs[layout.mlp_node(layer)]).unsqueeze(1))
     u = layout.n_senders
-    last = [blk[:, :, -1:] for blk in blocks]  # only the last position's logits are read
-    x = _soft_mix(masks[:, layout.logits_start :].reshape(b, 1, u), last, corrupt.residuals[u][:, -1:])[0]
+    x = senders.mix(masks[:, layout.logits_start :].reshape(b, 1, u), corrupt.residuals[u], last=True)[0]
     return model.logits(x[:, -1])
 
 

@@ -42,7 +42,7 @@ from .methods import (
     Batch,
     faithfulness_metrics,
     mean_ablation_cache,
-    passes_per_batch,
+    method_passes,
     score_edges,
     score_nodes,
 )
@@ -158,7 +158,7 @@ def evaluate_methods(
     scoring = f"scoring edges by {len(methods)} method{'s' if len(methods) > 1 else ''}"
     per_method = {"eap-ig-activations": activation_steps or steps_, "ugs": values["ugs_steps"]}
     method_steps = {m: per_method.get(m, steps_) for m in methods}
-    total_passes = len(score_batches) * sum(passes_per_batch(model, m, method_steps[m]) for m in methods)
+    total_passes = sum(method_passes(model, m, method_steps[m], len(score_batches)) for m in methods)
     passes = 0
 
     def on_pass() -> None:
