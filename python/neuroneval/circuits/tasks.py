@@ -219,6 +219,10 @@ def _count(n: Any) -> int:
     return check_integer(n, "n", minimum=1)
 
 
+def _seeded(seed: Any) -> np.random.Generator:
+    return np.random.default_rng(TASK_OPTIONS.only("seed").resolve(seed=seed)["seed"])
+
+
 #: The options of the task generators (`ioi_examples`, `arithmetic_examples`).
 TASK_OPTIONS = Options(
     SCORE_OPTIONS["seed"],
@@ -244,8 +248,7 @@ def ioi_examples(n: int, *, seed: int | None = None) -> list[TaskExample]:
     ParameterError
         `n` not an integer >= 1, or `seed` (`TASK_OPTIONS`) out of its domain.
     """
-    count = _count(n)
-    rng = np.random.default_rng(TASK_OPTIONS.only("seed").resolve(seed=seed)["seed"])
+    count, rng = _count(n), _seeded(seed)
     out = []
     for _ in range(count):
         template = IOI_TEMPLATES[int(rng.integers(len(IOI_TEMPLATES)))]
@@ -318,8 +321,7 @@ def mcqa_examples(n: int, *, seed: int | None = None) -> list[TaskExample]:
     ParameterError
         `n` not an integer >= 1, or `seed` (`TASK_OPTIONS`) out of its domain.
     """
-    count = _count(n)
-    rng = np.random.default_rng(TASK_OPTIONS.only("seed").resolve(seed=seed)["seed"])
+    count, rng = _count(n), _seeded(seed)
     out = []
     for _ in range(count):
         obj = MCQA_OBJECTS[int(rng.integers(len(MCQA_OBJECTS)))]

@@ -31,10 +31,9 @@ CMD circuits (SPEC section 7).
   ``m = clamp(0.5 + (alpha - u) / w, 0, 1)`` with ``u ~ U(0, 1)`` and ``w = alpha (1 - alpha)``
   (so ``m`` is 1 or 0 but for a window around alpha, where its gradient is that of alpha),
   drops each example's dangling edges (`prune` of ``m > 0``), runs the model with every edge
-  (s, r) reading ``m cur_s + (1 - m) cor_s`` (`masked_logits`) and takes an AdamW step, on
-  `UGS_BATCH` examples at a time, on the
+  (s, r) reading ``m cur_s + (1 - m) cor_s`` (`masked_logits`) and takes an AdamW step on the
   KL divergence of its last-position distribution from the clean model's plus
-  ``sparsity * sum(alpha)``. The score is alpha.
+  ``sparsity * sum(alpha)``, `UGS_BATCH` examples a step. The score is alpha.
 
 `score_nodes` scores nodes (`NODE_METHODS`):
 
@@ -218,14 +217,14 @@ def _ifr_scores(model: DecomposedModel, batches: Sequence[Batch], on_pass: Tick 
         for batch in batches:
             cache = run(model, batch.clean, batch.answer, batch.foil, keep=True).cache
             assert cache is not None
-            out = cache.outputs
+            out, inputs = cache.outputs, cache.residuals  # a receiver reading u senders reads residuals[u]
             for layer in range(model.n_layers):
                 u = lay.heads_upstream(layer)
-                s = _route_importance(out[:u], out[:u].sum(0))
+                s = _route_importance(out[:u], inputs[u])
                 total[lay.heads_start[layer] : lay.heads_start[layer] + 3 * h * u] += s.repeat(3 * h)
                 u = lay.mlp_upstream(layer)
-                total[lay.mlp_start[layer] : lay.mlp_start[layer] + u] += _route_importance(out[:u], out[:u].sum(0))
-            total[lay.logits_start :] += _route_importance(out, out.sum(0))
+                total[lay.mlp_start[layer] : lay.mlp_start[layer] + u] += _route_importance(out[:u], inputs[u])
+            total[lay.logits_start :] += _route_importance(out, inputs[lay.n_senders])
             n += len(batch)
             if on_pass is not None:
                 on_pass()
