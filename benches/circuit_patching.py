@@ -6,8 +6,9 @@ process, on the same batch of B examples of T tokens, under `torch.no_grad()`, i
 
 1. **Per-edge patching, like for like.** The metric ``logit(answer) - logit(foil)`` with each
    of K sampled edges patched alone. Ours: `run(model, clean, answer, foil, circuit=every edge
-   but that one, corrupt=cache)`, one batched pass per edge, the counterfactual `Cache` computed
-   once (timed). The peer: `tests/hook_patching.py`, forward hooks on the Hugging Face modules
+   but that one, corrupt=cache, clean=clean_cache)`, one batched pass per edge from the edge's
+   receiver on (the layers before it are the clean run's), the counterfactual and clean `Cache`s
+   computed once (timed). The peer: `tests/hook_patching.py`, forward hooks on the Hugging Face modules
    themselves, `hook_patch` per edge with the clean and counterfactual `node_outputs` computed
    once (timed). Throughput = B x K / seconds on each side; both sides' metrics must agree.
 2. **Circuit patching.** One `run` with a random (seeded) circuit of 5% of the edges patches every
@@ -151,12 +152,14 @@ def measure(hf: Any, batch: Any, size: CircuitSize, log: Callable[[str], None] =
     clean, cf, answer, foil = batch.clean, batch.counterfactual, batch.answer, batch.foil
 
     def ours_per_edge() -> torch.Tensor:
+        # both caches timed, as the peer's node outputs of both runs are
         cache = run(model, cf, answer, foil, keep=True).cache
+        clean_cache = run(model, clean, answer, foil, keep=True).cache
         circuit = torch.ones(n_edges, dtype=torch.bool)
         out = []
         for e in edges:
             circuit[e] = False
-            out.append(run(model, clean, answer, foil, circuit=circuit, corrupt=cache).metric)
+            out.append(run(model, clean, answer, foil, circuit=circuit, corrupt=cache, clean=clean_cache).metric)
             circuit[e] = True
         return torch.stack(out)
 

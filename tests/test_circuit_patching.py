@@ -182,6 +182,31 @@ def test_masked_logits_with_bool_masks_are_each_examples_circuit_run() -> None:
         masked_logits(model, b.clean, masks[:, :5], cor)
 
 
+def test_a_run_from_the_clean_cache_is_the_whole_run() -> None:
+    """`run(..., clean=)` starts at the first receiver the circuit patches, from the clean run:
+    the same metric as the whole patched pass, whether that receiver is a layer's heads, its
+    MLP or the logits, or none at all."""
+    hf = llama(2)
+    model = decompose(hf)
+    b = batch(seed=37)
+    clean = run(model, b.clean, b.answer, b.foil, keep=True).cache
+    cor = run(model, b.counterfactual, b.answer, b.foil, keep=True).cache
+    lay = model.layout
+    rng = np.random.default_rng(6)
+    starts = [lay.heads_start[0], lay.mlp_start[0], lay.heads_start[1] + 5, lay.mlp_start[1], lay.logits_start + 2]
+    for first in [*starts, model.graph.n_edges]:
+        circuit = torch.from_numpy(np.arange(model.graph.n_edges) < first) | torch.from_numpy(
+            rng.random(model.graph.n_edges) < 0.5
+        )
+        if first < model.graph.n_edges:
+            circuit[first] = False
+        whole = run(model, b.clean, b.answer, b.foil, circuit=circuit, corrupt=cor).metric
+        resumed = run(model, b.clean, b.answer, b.foil, circuit=circuit, corrupt=cor, clean=clean).metric
+        torch.testing.assert_close(resumed, whole, atol=1e-12, rtol=1e-12)
+    with pytest.raises(ShapeError, match="clean="):
+        run(model, b.clean, b.answer, b.foil, clean=clean)
+
+
 def slow_patched_metric(model, b: Batch, mask: np.ndarray, cor: torch.Tensor) -> torch.Tensor:
     """Edge patching written out: every receiver input is a sum over its senders, one by one."""
     graph = model.graph

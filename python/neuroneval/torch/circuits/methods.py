@@ -308,12 +308,16 @@ def _exact_scores(model: DecomposedModel, batches: Sequence[Batch], on_pass: Tic
     n = 0
     with torch.no_grad():
         for batch in batches:
-            clean = run(model, batch.clean, batch.answer, batch.foil).metric.double().sum()
+            clean_run = run(model, batch.clean, batch.answer, batch.foil, keep=True)
+            clean = clean_run.metric.double().sum()
             cor = run(model, batch.counterfactual, batch.answer, batch.foil, keep=True).cache
             circuit = torch.ones(e, dtype=torch.bool)
             for edge in range(e):
                 circuit[edge] = False
-                patched = run(model, batch.clean, batch.answer, batch.foil, circuit=circuit, corrupt=cor).metric
+                # the layers before the edge's receiver are the clean run's
+                patched = run(
+                    model, batch.clean, batch.answer, batch.foil, circuit=circuit, corrupt=cor, clean=clean_run.cache
+                ).metric
                 drop[edge] += float(clean - patched.double().sum())
                 circuit[edge] = True
                 if on_pass is not None:

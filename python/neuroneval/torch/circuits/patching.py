@@ -34,6 +34,7 @@ True
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,7 +44,7 @@ import torch
 from neuroneval.errors import ShapeError
 from neuroneval.options import Option, Options
 
-from .models import DecomposedModel
+from .models import DecomposedModel, Layout
 
 __all__ = ["RUN_OPTIONS", "Cache", "RunResult", "masked_logits", "mean_cache", "run"]
 
@@ -149,6 +150,7 @@ def run(
     replace: dict[int, Tensor | Callable[[Tensor], Tensor]] | None = None,
     keep: bool | None = None,
     split_inputs: bool = False,
+    clean: Cache | None = None,
 ) -> RunResult:
     """One forward pass of `model` on `tokens` (``[B, T]``), its metric logit(answer) - logit(foil)
     at the last position.
@@ -169,6 +171,11 @@ def run(
         Keep, in `RunResult.inputs`, the tensors whose gradients give every receiver's input
         gradient (`RunResult.input_gradients`): per layer the heads' query, key and value
         projections and the MLP's input, last the logits' input. Unpatched runs only.
+    clean : Cache, optional
+        The unpatched run of the same `tokens` (``keep=True``), for a circuit run: every receiver
+        before the first one the circuit patches reads the clean run, so the pass starts there
+        from `clean`'s outputs (a circuit that leaves out one late edge costs the layers after
+        it only). Not with `replace` or `keep`.
     """
     keep_: bool = RUN_OPTIONS.resolve(keep=keep)["keep"]
     layout = model.layout
@@ -200,45 +207,54 @@ def run(
     residuals: dict[int, Tensor] = {}
     inputs: list[Tensor] = []
     shared_inputs: list[Tensor] = []
-    emb = override(0, model.embed(tokens))
-    outs.append(emb)
-    current = emb
+    stage = 0
+    if clean is not None:
+        if circuit is None or corrupt is None or replace or keep_ or split_inputs:
+            raise ShapeError("a run from the clean cache (clean=) takes a circuit and its corrupt cache only")
+        stage, prefix = _first_patched(layout, circuit)
+        outs = list(clean.outputs[:prefix].unbind(0))
+        current = clean.residuals[prefix]
+    else:
+        outs.append(override(0, model.embed(tokens)))
+        current = outs[0]
     # without gradients, cur_s - cor_s is written once per sender into one buffer
     diff = None
     if circuit is not None and corrupt is not None and not torch.is_grad_enabled():
-        diff = torch.empty((layout.n_senders, *emb.shape), dtype=emb.dtype, device=emb.device)
-        diff[0] = emb - corrupt.outputs[0]
-    for layer in range(model.n_layers):
-        u = layout.heads_upstream(layer)
-        residuals[u] = current
-        rows = None
-        if circuit is not None:
-            s = layout.heads_start[layer]
-            rows = circuit[s : s + 3 * h * u].reshape(3 * h, u)
-        mixed = _mix(rows, u, outs, current, corrupt, diff)
-        capture: list[Tensor] | None = None
-        if mixed.dim() == 4:
-            per = mixed.reshape(h, 3, *mixed.shape[1:])
-            q_in, k_in, v_in = per[:, 0], per[:, 1], per[:, 2]
-        else:
+        diff = torch.empty((layout.n_senders, *current.shape), dtype=current.dtype, device=current.device)
+        known = clean.outputs[: len(outs)] if clean is not None else outs[0][None]
+        torch.sub(known, corrupt.outputs[: len(outs)], out=diff[: len(outs)])
+    for layer in range(stage // 2, model.n_layers):
+        if stage != 2 * layer + 1:  # else the heads read the clean run: theirs are in `outs` already
+            u = layout.heads_upstream(layer)
+            residuals[u] = current
+            rows = None
+            if circuit is not None:
+                s = layout.heads_start[layer]
+                rows = circuit[s : s + 3 * h * u].reshape(3 * h, u)
+            mixed = _mix(rows, u, outs, current, corrupt, diff)
+            capture: list[Tensor] | None = None
+            if mixed.dim() == 4:
+                per = mixed.reshape(h, 3, *mixed.shape[1:])
+                q_in, k_in, v_in = per[:, 0], per[:, 1], per[:, 2]
+            else:
+                if split_inputs:
+                    mixed = _differentiable(mixed)
+                    capture = []
+                q_in = k_in = v_in = mixed
+            first = layout.first_head(layer)
+            if needed is not None and corrupt is not None and not bool(needed[first : first + h].any()):
+                head_out = corrupt.outputs[first : first + h].expand(h, *current.shape)
+            else:
+                head_out = model.heads(layer, q_in, k_in, v_in, capture=capture)
+            head_out = override(first, head_out)
             if split_inputs:
-                mixed = _differentiable(mixed)
-                capture = []
-            q_in = k_in = v_in = mixed
-        first = layout.first_head(layer)
-        if needed is not None and corrupt is not None and not bool(needed[first : first + h].any()):
-            head_out = corrupt.outputs[first : first + h].expand(h, *current.shape)
-        else:
-            head_out = model.heads(layer, q_in, k_in, v_in, capture=capture)
-        head_out = override(first, head_out)
-        if split_inputs:
-            assert capture is not None
-            inputs += capture
-            shared_inputs.append(mixed)
-        outs.extend(head_out.unbind(0))
-        current = current + head_out.sum(0)
-        if diff is not None and corrupt is not None:
-            torch.sub(head_out, corrupt.outputs[first : first + h], out=diff[first : first + h])
+                assert capture is not None
+                inputs += capture
+                shared_inputs.append(mixed)
+            outs.extend(head_out.unbind(0))
+            current = current + head_out.sum(0)
+            if diff is not None and corrupt is not None:
+                torch.sub(head_out, corrupt.outputs[first : first + h], out=diff[first : first + h])
         u = layout.mlp_upstream(layer)
         residuals[u] = current
         rows = None
@@ -271,6 +287,22 @@ def run(
     metric = model.logit_difference(logits_in[:, -1], answer, foil)
     cache = Cache(torch.stack(outs), residuals, metric) if keep_ else None
     return RunResult(metric, cache, inputs, logits_in, shared_inputs)
+
+
+def _first_patched(layout: Layout, circuit: Tensor) -> tuple[int, int]:
+    """Where a circuit run first departs from the clean run: the stage of the first receiver
+    with an edge outside `circuit` (``2 l``: layer l's heads, ``2 l + 1``: its MLP, ``2 L``:
+    the logits, ``2 L + 1``: none) and the number of senders before it, all clean."""
+    left_out = (~circuit).nonzero()
+    if left_out.numel() == 0:
+        return 2 * layout.n_layers + 1, layout.n_senders
+    first = int(left_out[0, 0])
+    if first >= layout.logits_start:
+        return 2 * layout.n_layers, layout.n_senders
+    layer = bisect.bisect_right(layout.heads_start, first) - 1
+    if first < layout.mlp_start[layer]:
+        return 2 * layer, layout.heads_upstream(layer)
+    return 2 * layer + 1, layout.mlp_upstream(layer)
 
 
 class _SoftMix(torch.autograd.Function):
