@@ -318,10 +318,14 @@ def _build_unit(
     """The featurizers `names` at one unit, by name: the fitted ones from `fit`, the trained ones
     (DAS, the DBMs) trained together; each one's share of the time added to `seconds`."""
     size, seed, width = opts["size"], opts["seed"], model.d_model
-    fixed: dict[str, Featurizer] = {"full": FullVector(width), "random": DAS(width, size, seed=seed + 7919)}
-    if "neurons" in fit:
-        fixed["neurons"] = Neurons(width, fit["neurons"])
-    fixed.update({n: fit[n] for n in ("pca", "sae") if n in fit})
+
+    def fixed(name: str) -> Featurizer:  # built only when asked for
+        if name == "full":
+            return FullVector(width)
+        if name == "random":
+            return DAS(width, size, seed=seed + 7919)
+        return Neurons(width, fit["neurons"]) if name == "neurons" else fit[name]
+
     trainees = {}
     for name in names:
         if name == "das":
@@ -334,7 +338,7 @@ def _build_unit(
         train_together(model, list(trainees.values()), train, layer, pos, epochs=opts["epochs"], seed=seed)
     for name in trainees:
         seconds[name] += (time.perf_counter() - began) / len(trainees)
-    return {name: trainees[name].featurizer if name in trainees else fixed[name] for name in names}
+    return {name: trainees[name].featurizer if name in trainees else fixed(name) for name in names}
 
 
 def load_model(
