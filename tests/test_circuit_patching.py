@@ -31,13 +31,13 @@ from neuroneval.torch.circuits import (  # noqa: E402
 )
 
 
-def llama(kv_heads: int, *, dtype=torch.float64, seed: int = 0):
+def llama(kv_heads: int, *, dtype=torch.float64, seed: int = 0, layers: int = 2):
     torch.manual_seed(seed)
     config = transformers.LlamaConfig(
         vocab_size=40,
         hidden_size=32,
         intermediate_size=48,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=kv_heads,
         max_position_embeddings=32,
@@ -51,9 +51,9 @@ def llama(kv_heads: int, *, dtype=torch.float64, seed: int = 0):
     return model
 
 
-def gpt2(*, dtype=torch.float64):
+def gpt2(*, dtype=torch.float64, layers: int = 2):
     torch.manual_seed(1)
-    config = transformers.GPT2Config(vocab_size=40, n_embd=32, n_layer=2, n_head=4, n_positions=32)
+    config = transformers.GPT2Config(vocab_size=40, n_embd=32, n_layer=layers, n_head=4, n_positions=32)
     return transformers.GPT2LMHeadModel(config).eval().to(dtype)
 
 
@@ -180,6 +180,69 @@ def test_masked_logits_with_bool_masks_are_each_examples_circuit_run() -> None:
     np.testing.assert_allclose(grad.sum(0).numpy(), score_edges(model, [b], "eap"), rtol=1e-5, atol=1e-9)
     with pytest.raises(ShapeError, match="masks must be"):
         masked_logits(model, b.clean, masks[:, :5], cor)
+
+
+@pytest.mark.parametrize("arch", ["llama-gqa", "gpt2"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+def test_circuits_as_methods_select_them_agree_with_a_slow_sum(arch, dtype, monkeypatch) -> None:
+    """The patched pass computes only what a circuit changes (`patched.py`: dead senders, rows
+    read from the counterfactual or this run's residual, the MLP's mix begun with its heads',
+    the unpatched rest run as the model, LLaMA's norm folded into the projections in float32).
+    Circuits as the methods select them (top edges of scores at each fraction, top nodes
+    pruned, one edge left out), counterfactual and mean ablation, from the start and from the
+    clean cache: each equals the receivers' inputs summed sender by sender, and every shortcut
+    is taken at least once."""
+    from neuroneval.circuits import prune, select_nodes
+    from neuroneval.torch.circuits import patched
+
+    hf = llama(2, dtype=dtype, layers=3) if arch == "llama-gqa" else gpt2(dtype=dtype, layers=3)
+    with torch.no_grad():  # norm weights start at one; make them count
+        for name, p in hf.named_parameters():
+            if "norm" in name or "ln_" in name:
+                p.mul_(1 + 0.5 * torch.randn(p.shape, generator=torch.Generator().manual_seed(9), dtype=p.dtype))
+    model = decompose(hf)
+    graph = model.graph
+    b = batch(seed=11, n=4, length=6)
+    taken = {"early": 0, "folded": 0}
+    mixed, rms = patched._Pass._mixed, patched._rms_scale
+
+    def counted_mixed(*args):
+        out = mixed(*args)
+        taken["early"] += out[1] is not None
+        return out
+
+    def counted_rms(*args):
+        out = rms(*args)
+        taken["folded"] += out is not None
+        return out
+
+    monkeypatch.setattr(patched._Pass, "_mixed", counted_mixed)
+    monkeypatch.setattr(patched, "_rms_scale", counted_rms)
+    rng = np.random.default_rng(4)
+    scores = rng.normal(size=graph.n_edges) * rng.random(graph.n_edges) ** 3  # a few large scores
+    circuits = [select_edges(graph, scores, f, absolute=a) for f in (0.002, 0.01, 0.05, 0.2, 0.5, 0.9) for a in (False, True)]
+    node_scores = np.append(rng.normal(size=graph.n_nodes - 1), np.nan)
+    circuits += [prune(graph, select_nodes(graph, node_scores, f, absolute=True)[0]) for f in (0.1, 0.3, 0.6)]
+    circuits += [np.arange(graph.n_edges) != e for e in rng.choice(graph.n_edges, 6, replace=False)]
+    tolerance = 1e-10 if dtype == torch.float64 else 2e-5
+    with torch.no_grad():
+        cor = run(model, b.counterfactual, b.answer, b.foil, keep=True).cache
+        clean = run(model, b.clean, b.answer, b.foil, keep=True).cache
+        means = mean_ablation_cache(model, [b])
+        for mask in circuits:
+            circuit = torch.from_numpy(mask)
+            expected = slow_patched_metric(model, b, mask, cor.outputs)
+            scale = float(expected.abs().max()) + 1
+            for got in (
+                run(model, b.clean, b.answer, b.foil, circuit=circuit, corrupt=cor).metric,
+                run(model, b.clean, b.answer, b.foil, circuit=circuit, corrupt=cor, clean=clean).metric,
+            ):
+                assert float((got - expected).abs().max()) <= tolerance * scale
+            got = run(model, b.clean, b.answer, b.foil, circuit=circuit, corrupt=means).metric
+            expected = slow_patched_metric(model, b, mask, means.outputs)
+            assert float((got - expected).abs().max()) <= tolerance * (float(expected.abs().max()) + 1)
+    assert taken["early"] > 0
+    assert (taken["folded"] > 0) == (arch == "llama-gqa" and dtype == torch.float32)
 
 
 def test_a_run_from_the_clean_cache_is_the_whole_run() -> None:

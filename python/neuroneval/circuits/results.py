@@ -70,6 +70,7 @@ __all__ = [
     "CIRCUIT_RUN_FILE",
     "CIRCUIT_RUN_FORMAT",
     "CIRCUIT_RUN_VERSION",
+    "CIRCUIT_DTYPES",
     "CRITERIA",
     "CURVES_FILE",
     "SCORES_DIR",
@@ -99,6 +100,8 @@ LEVELS = ("edge", "node")
 CIRCUIT_MODELS: dict[str, tuple[str, ...]] = {"smollm2": ("ioi", "arithmetic", "mcqa"), "digit-pair": ("digit-pair",)}
 #: How an edge outside the circuit is ablated: the counterfactual run's activation, or the mean.
 ABLATIONS = ("patching", "mean")
+#: The precisions a circuit run computes in.
+CIRCUIT_DTYPES = ("float32", "bfloat16")
 #: How circuits are picked from the scores: top signed scores (CPR), top absolute scores (CMD).
 CRITERIA = ("signed", "absolute")
 #: The options of a circuit track run (`neuroneval.torch.circuits.circuit_track`, `neuroneval
@@ -111,7 +114,7 @@ CIRCUIT_TRACK_OPTIONS = Options(
     Option(
         "activation_steps",
         "integer",
-        2,
+        5,
         "integration steps of EAP-IG on activations, (1 + 2 layers) passes each",
         low=1,
         metavar="N",
@@ -126,6 +129,15 @@ CIRCUIT_TRACK_OPTIONS = Options(
         metavar="X",
     ),
     Option("batch_size", "integer", 32, "examples per pass", low=1, metavar="N"),
+    Option(
+        "dtype",
+        "choice",
+        "auto",
+        "the model's precision: auto is bfloat16 for smollm2 (MIB loads its LLaMA-family models so) "
+        "and float32 for the digit-pair model (as MIB runs GPT-2 and InterpBench)",
+        choices=("auto", *CIRCUIT_DTYPES),
+        metavar="DTYPE",
+    ),
     Option(
         "ablation",
         "choice",
@@ -352,6 +364,9 @@ class CircuitRun:
     d_model : int, optional
         The model's hidden size, written into the score files' ``cfg``: MIB's (EAP-IG's)
         ``Graph.from_json`` needs it (None for a run that does not know it).
+    dtype : str, optional
+        The precision the model computed in (`CIRCUIT_DTYPES`; None: not recorded, as in runs
+        written before it was).
     fractions : tuple of float
         The circuit sizes, as fractions of the edges (`FRACTIONS`), increasing in (0, 1].
     full, empty : float
@@ -377,8 +392,11 @@ class CircuitRun:
     d_model: int | None = None
     ugs_steps: int | None = None
     ugs_sparsity: float | None = None
+    dtype: str | None = None
 
     def __post_init__(self) -> None:
+        if self.dtype is not None and self.dtype not in CIRCUIT_DTYPES:
+            raise ParameterError(f"dtype must be one of {', '.join(CIRCUIT_DTYPES)}; got {self.dtype!r}")
         if self.activation_steps is None:
             object.__setattr__(self, "activation_steps", self.steps)
         if self.d_model is not None:
@@ -538,6 +556,7 @@ class CircuitRun:
             "ugs_steps": self.ugs_steps,
             "ugs_sparsity": self.ugs_sparsity,
             "d_model": self.d_model,
+            "dtype": self.dtype,
             "seed": self.seed,
             "fractions": list(self.fractions),
             "full": self.full,
@@ -751,6 +770,7 @@ def read_circuit_run(directory: str | os.PathLike[str]) -> CircuitRun:
         "ugs_steps": None if doc.get("ugs_steps") is None else r.integer(doc, "ugs_steps", 1),
         "ugs_sparsity": None if doc.get("ugs_sparsity") is None else r.number(doc["ugs_sparsity"], "'ugs_sparsity'"),
         "d_model": None if doc.get("d_model") is None else r.integer(doc, "d_model", 1),
+        "dtype": None if doc.get("dtype") is None else r.text(doc, "dtype"),
         "seed": r.integer(doc, "seed", 0),
         "full": r.number(r.get(doc, "full"), "'full'"),
         "empty": r.number(r.get(doc, "empty"), "'empty'"),

@@ -235,8 +235,10 @@ class DecomposedModel:
         shared = q_in.dim() == 3 and q_in is k_in and k_in is v_in
         normed = a.norm(q_in) if shared else None
 
-        def project(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-            if normed is not None:
+        def project(x: Tensor, w: Tensor, b: Tensor | None, grouped: Tensor | None = None) -> Tensor:
+            if normed is not None and grouped is not None:  # a key/value group's heads read one projection
+                y = torch.einsum("btd,hed->hbte", normed, grouped).repeat_interleave(a.group, dim=0)
+            elif normed is not None:
                 y = torch.einsum("btd,hed->hbte", normed, w)
             elif x.dim() == 3:
                 y = torch.einsum("btd,hed->hbte", a.norm(x), w)
@@ -248,7 +250,20 @@ class DecomposedModel:
 
         if capture is not None and not shared:
             raise ValueError("capturing a layer's projections needs one input shared by its heads")
-        q, k, v = project(q_in, a.wq, a.bq), project(k_in, a.wk, a.bk), project(v_in, a.wv, a.bv)
+        q = project(q_in, a.wq, a.bq)
+        grouped = a.group > 1
+        k = project(k_in, a.wk, a.bk, a.kv[0] if grouped else None)
+        v = project(v_in, a.wv, a.bv, a.kv[2] if grouped else None)
+        return self._attend(a, q, k, v, a.wo)
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, heads: Tensor) -> Tensor:
+        """The outputs ``[n, B, T, d]`` of `layer`'s heads `heads` (``[n]`` indices) from their
+        query, key and value projections ``[n, B, T, hd]`` (biases added, positions not yet
+        encoded): what `heads` does after projecting, for a subset of the heads."""
+        a = self._attention_weights(layer)
+        return self._attend(a, q, k, v, a.wo[heads])
+
+    def _attend(self, a: _Attention, q: Tensor, k: Tensor, v: Tensor, wo: Tensor) -> Tensor:
         n_pos = q.shape[2]
         window = getattr(self.model.config, "sliding_window", None)
         if window is not None and getattr(self.model.config, "use_sliding_window", True) and n_pos > window:
@@ -259,7 +274,7 @@ class DecomposedModel:
         causal = torch.ones(n_pos, n_pos, dtype=torch.bool, device=q.device).triu(1)
         scores = scores.masked_fill(causal, torch.finfo(scores.dtype).min)
         pattern = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-        out = torch.einsum("hbte,hde->hbtd", torch.matmul(pattern, v), a.wo)
+        out = torch.einsum("hbte,hde->hbtd", torch.matmul(pattern, v), wo)
         return out if a.bo is None else out + a.bo / self.n_heads
 
     def keys_values(self, layer: int, x: Tensor, start: int = 0) -> tuple[Tensor, Tensor]:

@@ -45,6 +45,7 @@ from neuroneval.errors import ShapeError
 from neuroneval.options import Option, Options
 
 from .models import DecomposedModel, Layout
+from .patched import patched_metric
 
 __all__ = ["RUN_OPTIONS", "Cache", "RunResult", "masked_logits", "mean_cache", "run"]
 
@@ -188,6 +189,18 @@ def run(
             raise ShapeError(
                 f"the circuit must be a bool tensor of {model.graph.n_edges} edges; got {tuple(circuit.shape)} {circuit.dtype}"
             )
+    if (
+        circuit is not None
+        and corrupt is not None
+        and not (replace or keep_ or torch.is_grad_enabled())
+        and not bool(circuit.all())  # a full circuit is the clean run's arithmetic, to the bit
+    ):
+        start = None
+        if clean is not None:
+            stage, prefix = _first_patched(layout, circuit)
+            start = (stage, prefix, clean)
+        metric, logits_in = patched_metric(model, tokens, answer, foil, circuit, corrupt, start)
+        return RunResult(metric, None, [], logits_in, [])
     h = model.n_heads
     replace = replace or {}
     # a sender without circuit edges is read by no receiver as itself: it takes its

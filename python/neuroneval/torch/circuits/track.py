@@ -33,7 +33,7 @@ from neuroneval.circuits import (
     select_nodes,
     tokenize_task,
 )
-from neuroneval.circuits.results import CIRCUIT_MODELS, CIRCUIT_TRACK_OPTIONS
+from neuroneval.circuits.results import CIRCUIT_DTYPES, CIRCUIT_MODELS, CIRCUIT_TRACK_OPTIONS
 from neuroneval.errors import EmptyInputError, ParameterError
 
 from .known import digit_pair_batches, train_known_circuit_model
@@ -222,6 +222,7 @@ def evaluate_methods(
         n_layers=model.n_layers,
         n_heads=model.n_heads,
         d_model=model.d_model,
+        dtype=_dtype_name(model),
         n_score=sum(len(b) for b in score_batches),
         n_eval=sum(len(b) for b in eval_batches),
         steps=steps_,
@@ -234,6 +235,12 @@ def evaluate_methods(
         empty=empty,
         methods=tuple(curves),
     )
+
+
+def _dtype_name(model: DecomposedModel) -> str | None:
+    """The precision of the model's weights, where it is one a run records."""
+    name = str(next(model.model.parameters()).dtype).removeprefix("torch.")
+    return name if name in CIRCUIT_DTYPES else None
 
 
 def _circuit(graph: Graph, method: str, scores: np.ndarray, fraction: float, absolute: bool) -> np.ndarray:
@@ -324,6 +331,7 @@ def circuit_track(
     ablation: str | None = None,
     seed: int | None = None,
     train_steps: int | None = None,
+    dtype: str | None = None,
     progress: Progress | None = None,
 ) -> CircuitRun:
     """The circuit track on a named model and task (`MODELS`, `TASK_NAMES`); the options are
@@ -347,13 +355,16 @@ def circuit_track(
         ablation=ablation,
         seed=seed,
         train_steps=train_steps,
+        dtype=dtype,
     )
+    # MIB loads its LLaMA-family models in bfloat16, GPT-2 and InterpBench in float32
+    precision = getattr(torch, {"smollm2": "bfloat16"}.get(model, "float32") if options["dtype"] == "auto" else options["dtype"])
     seed_: int = options["seed"]
     batch: int = options["batch_size"]
     truth = None
     if model == "digit-pair":
         known = train_known_circuit_model(steps=options["train_steps"], seed=seed_, progress=progress)
-        decomposed, truth = known.decomposed, known.circuit
+        decomposed, truth = decompose(known.decomposed.model.to(precision)), known.circuit
         # the draws' seeds, wrapped into the seed's domain [0, 2^64)
         score_batches = digit_pair_batches(options["n_score"], batch_size=batch, seed=(seed_ + 101) % 2**64)
         eval_batches = digit_pair_batches(options["n_eval"], batch_size=batch, seed=(seed_ + 202) % 2**64)
@@ -361,7 +372,7 @@ def circuit_track(
         if progress is not None:
             progress("loading SmolLM2-135M-Instruct", 0, 1)
         tokenizer, hf = load_smollm2()
-        decomposed = decompose(hf)
+        decomposed = decompose(hf.to(precision))
         score_batches, eval_batches = language_task_batches(
             decomposed,
             tokenizer,
