@@ -245,6 +245,28 @@ def test_circuits_as_methods_select_them_agree_with_a_slow_sum(arch, dtype, monk
     assert (taken["folded"] > 0) == (arch == "llama-gqa" and dtype == torch.float32)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_the_written_out_rms_norm_gradient_is_autograds(dtype) -> None:
+    """The gradient methods take each head's input gradient back through its projection and
+    LLaMA's RMS norm by a written-out product: autograd's numbers, per head, in each precision
+    (the norm computes in float32 inside), to that precision's rounding."""
+    from neuroneval.torch.circuits.models import _rms_norm_vjp
+
+    norm = transformers.models.llama.modeling_llama.LlamaRMSNorm(16, eps=1e-5).to(dtype)
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        norm.weight.mul_(1 + 0.5 * torch.randn(16, generator=g).to(dtype))
+    x = torch.randn(3, 4, 16, generator=g).to(dtype)
+    w = torch.randn(5, 8, 16, generator=g).to(dtype)  # five heads' projections, 8 wide
+    grads = torch.randn(5, 3, 4, 8, generator=g).to(dtype)
+    _, vjp, *_ = torch.func.vjp(norm, x)
+    expected = torch.func.vmap(lambda c: vjp(c)[0])(torch.einsum("hbte,hed->hbtd", grads, w)).detach()
+    got = _rms_norm_vjp(norm, x, (w,))(grads, w)
+    tolerance = {torch.float64: 1e-6, torch.float32: 1e-5, torch.bfloat16: 2e-2}[dtype]  # the norm's float32 inside
+    torch.testing.assert_close(got, expected, atol=tolerance * float(expected.abs().max()), rtol=0)
+    assert _rms_norm_vjp(torch.nn.LayerNorm(16), x, (w,)) is None  # another norm goes through autograd
+
+
 def test_a_run_from_the_clean_cache_is_the_whole_run() -> None:
     """`run(..., clean=)` starts at the first receiver the circuit patches, from the clean run:
     the same metric as the whole patched pass, whether that receiver is a layer's heads, its

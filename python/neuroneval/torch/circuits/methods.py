@@ -138,7 +138,11 @@ def _grads_and_difference(
         with torch.no_grad():
             # the k copies' gradients summed: as k passes would have added them
             grads_list = [_unstack_sum(g, k) for g in result.input_gradients(model, grads)]
-        total = grads_list if total is None else [t + g for t, g in zip(total, grads_list, strict=True)]
+            if total is None:  # summed in float32 at least, whatever the model's precision
+                total = [g.to(torch.promote_types(g.dtype, torch.float32)) for g in grads_list]
+            else:
+                for t, g in zip(total, grads_list, strict=True):
+                    t.add_(g)
         count += k
         if on_pass is not None:
             for _ in range(k):
@@ -177,14 +181,16 @@ def _unstack_sum(g: Tensor, k: int) -> Tensor:
     if k == 1:
         return g
     axis = 1 if g.dim() == 4 else 0
-    return g.unflatten(axis, (k, g.shape[axis] // k)).sum(axis)
+    return g.unflatten(axis, (k, g.shape[axis] // k)).sum(axis, dtype=torch.promote_types(g.dtype, torch.float32))
 
 
 def _edge_products(model: DecomposedModel, grads: Sequence[Tensor], difference: Tensor) -> Tensor:
     """``sum over examples and positions of difference_s . grad_r`` for every edge (s, r)."""
     lay, h = model.layout, model.n_heads
     scores = torch.zeros(model.graph.n_edges, dtype=torch.float64)
-    flat = difference.reshape(difference.shape[0], -1)
+    wide = torch.promote_types(difference.dtype, torch.float32)  # bfloat16 products summed in float32
+    flat = difference.reshape(difference.shape[0], -1).to(wide)
+    grads = [g.to(wide) for g in grads]
     g = iter(grads)
     for layer in range(model.n_layers):
         u = lay.heads_upstream(layer)

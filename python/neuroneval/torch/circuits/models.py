@@ -339,12 +339,13 @@ class DecomposedModel:
         its projections (`heads`' `capture`) at the shared input `x`: back through the
         projection, then through the norm's vector-Jacobian product at `x`, for all heads at once."""
         a = self._attention_weights(layer)
+        weights = (a.wq, a.wk, a.wv)
+        back = _rms_norm_vjp(a.norm, x.detach(), weights)
+        if back is not None:
+            return [back(g, w) for g, w in zip(grads, weights, strict=True)]
         _, vjp, *_ = torch.func.vjp(a.norm, x.detach())
-        out = []
-        for g, w in zip(grads, (a.wq, a.wk, a.wv), strict=True):
-            g_normed = torch.einsum("hbte,hed->hbtd", g, w)
-            out.append(torch.func.vmap(lambda c: vjp(c)[0])(g_normed))
-        return out
+        per_head = torch.func.vmap(lambda c: vjp(c)[0])
+        return [per_head(torch.einsum("hbte,hed->hbtd", g, w)) for g, w in zip(grads, weights, strict=True)]
 
     def mlp(self, layer: int, x: Tensor) -> Tensor:
         """The MLP node of `layer` on its input residual ``[B, T, d]``."""
@@ -371,6 +372,32 @@ class DecomposedModel:
         out = (hidden * (w[answer] - w[foil])).sum(-1)
         bias = getattr(self.model.lm_head, "bias", None)
         return cast(Tensor, out if bias is None else out + bias[answer] - bias[foil])
+
+
+def _rms_norm_vjp(norm: Any, x: Tensor, heads: tuple[Tensor, ...]) -> Any:
+    """The input gradients through a LLaMA-family RMS norm at `x` ``[B, T, d]`` of projection
+    gradients ``g`` ``[H, B, T, hd]`` by per-head weights ``W`` ``[H, hd, d]`` (one of `heads`),
+    written out: ``y = w * (x r)``, ``r = rsqrt(mean(x^2) + eps)``, in float32 as the Hugging Face
+    norm computes it, so with ``c = g W``: ``dx = c (w r) - x (r^3 / d) sum(w c x)``, where the sum
+    is taken in the heads' space, ``g . W (w x)`` (``hd`` terms, not ``d``). None for another norm
+    (its vector-Jacobian product is then taken through autograd, per head, which costs many times
+    more)."""
+    eps = getattr(norm, "variance_epsilon", None)
+    if eps is None or not type(norm).__name__.endswith("RMSNorm"):
+        return None
+    xf = x.float()
+    r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    k = r.pow(3) / x.shape[-1]
+    wf = norm.weight.float()
+    wr = wf * r  # [B, T, d]
+    xw = xf * wf
+
+    def back(g: Tensor, w: Tensor) -> Tensor:
+        c = torch.einsum("hbte,hed->hbtd", g, w)  # in the model's precision, as autograd's
+        dot = (g.float() * torch.einsum("btd,hed->hbte", xw, w.float())).sum(-1, keepdim=True)
+        return torch.addcmul(c.float().mul_(wr), xf, dot.mul_(k), value=-1).to(x.dtype)
+
+    return back
 
 
 def decompose(model: Any) -> DecomposedModel:

@@ -290,9 +290,8 @@ class _Pass:
         if mixed is not None and scale is None:
             mixed = a.norm(mixed)
         weights = (a.wq, a.bq), (a.kv[0], a.kv[1]), (a.kv[2], a.kv[3])
-        n, (b, t, d) = computed.size, current.shape
         hd = a.wq.shape[1]
-        qkv = torch.empty((3, n, b, t, hd), dtype=current.dtype, device=current.device)
+        qkv = torch.empty((3, computed.size, *current.shape[:2], hd), dtype=current.dtype, device=current.device)
         offset = 0
         for slot, (w, bias) in enumerate(weights):
             group = a.group if slot else 1  # keys and values: one projection per group
@@ -300,22 +299,16 @@ class _Pass:
                 where = np.flatnonzero(kind[:, slot] == source)
                 if where.size == 0:
                     continue
-                index = torch.from_numpy(where)
                 heads = computed[where] // group
                 if source == MIX:
                     assert mixed is not None
-                    x = mixed[offset : offset + where.size]
-                    wi = w[torch.from_numpy(heads)]
-                    if scale is not None:  # the norm's weight folded into the projection, its scale after it
-                        wi = wi * a.norm.weight
-                    y = torch.matmul(x.reshape(where.size, -1, d), wi.transpose(1, 2)).reshape(where.size, b, t, hd)
-                    if scale is not None:
-                        y = y * scale[offset : offset + where.size]
+                    part = slice(offset, offset + where.size)
                     offset += where.size
-                    qkv[slot, index] = y if bias is None else y + bias[torch.from_numpy(heads)][:, None, None, :]
+                    y = _project_each(mixed[part], w, bias, heads, None if scale is None else (a.norm.weight, scale[part]))
                 else:
                     unique, back = np.unique(heads, return_inverse=True)
-                    qkv[slot, index] = _project_heads(normed[source], w, bias, unique)[torch.from_numpy(back)]
+                    y = _take(_project_heads(normed[source], w, bias, unique), back)
+                _put(qkv[slot], where, y)
         return model.attend(layer, qkv[0], qkv[1], qkv[2], torch.from_numpy(computed))
 
 
@@ -354,7 +347,7 @@ def _project_heads(x: Tensor, w: Tensor, bias: Tensor | None, idx: np.ndarray) -
 
 def _take(t: Tensor, index: np.ndarray) -> Tensor:
     """``t[index]``: a view where the index is a run of consecutive rows."""
-    if index.size and index[-1] - index[0] == index.size - 1:
+    if _consecutive(index):
         return t[int(index[0]) : int(index[-1]) + 1]
     return t[torch.from_numpy(index)]
 
@@ -372,3 +365,29 @@ def _rms_scale(norm: torch.nn.Module, x: Tensor) -> Tensor | None:
     sq = torch.linalg.vector_norm(x, dim=-1, keepdim=True).float().square_()
     return torch.rsqrt(sq.div_(x.shape[-1]).add_(eps)).to(x.dtype)
 
+
+
+def _put(t: Tensor, index: np.ndarray, value: Tensor) -> None:
+    """``t[index] = value``: a slice where the index is a run of consecutive rows."""
+    if _consecutive(index):
+        t[int(index[0]) : int(index[-1]) + 1] = value
+    else:
+        t[torch.from_numpy(index)] = value
+
+
+def _project_each(x: Tensor, w: Tensor, bias: Tensor | None, heads: np.ndarray, rms: tuple[Tensor, Tensor] | None) -> Tensor:
+    """``[m, B, T, hd]``: each of the inputs `x` ``[m, B, T, d]`` projected by its own head (or
+    group) of `w` ``[G, hd, d]``. `rms` (the norm's weight, the inputs' ``1 / rms``): `x` is not
+    normalised yet, and the RMS norm is folded in (`_rms_scale`)."""
+    m, b, t, d = x.shape
+    wi = _take(w, heads)
+    if rms is not None:  # the norm's weight folded into the projection, its scale after it
+        wi = wi * rms[0]
+    y = torch.matmul(x.reshape(m, -1, d), wi.transpose(1, 2)).reshape(m, b, t, -1)
+    if rms is not None:
+        y = y * rms[1]
+    return y if bias is None else y + _take(bias, heads)[:, None, None, :]
+
+
+def _consecutive(index: np.ndarray) -> bool:
+    return bool(index.size) and bool((np.diff(index) == 1).all())
