@@ -220,7 +220,9 @@ def test_circuits_as_methods_select_them_agree_with_a_slow_sum(arch, dtype, monk
     monkeypatch.setattr(patched, "_rms_scale", counted_rms)
     rng = np.random.default_rng(4)
     scores = rng.normal(size=graph.n_edges) * rng.random(graph.n_edges) ** 3  # a few large scores
-    circuits = [select_edges(graph, scores, f, absolute=a) for f in (0.002, 0.01, 0.05, 0.2, 0.5, 0.9) for a in (False, True)]
+    circuits = [
+        select_edges(graph, scores, f, absolute=a) for f in (0.002, 0.01, 0.05, 0.2, 0.5, 0.9) for a in (False, True)
+    ]
     node_scores = np.append(rng.normal(size=graph.n_nodes - 1), np.nan)
     circuits += [prune(graph, select_nodes(graph, node_scores, f, absolute=True)[0]) for f in (0.1, 0.3, 0.6)]
     circuits += [np.arange(graph.n_edges) != e for e in rng.choice(graph.n_edges, 6, replace=False)]

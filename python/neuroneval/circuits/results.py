@@ -100,8 +100,7 @@ LEVELS = ("edge", "node")
 CIRCUIT_MODELS: dict[str, tuple[str, ...]] = {"smollm2": ("ioi", "arithmetic", "mcqa"), "digit-pair": ("digit-pair",)}
 #: How an edge outside the circuit is ablated: the counterfactual run's activation, or the mean.
 ABLATIONS = ("patching", "mean")
-#: The precisions a circuit run computes in.
-CIRCUIT_DTYPES = ("float32", "bfloat16")
+CIRCUIT_DTYPES = ("float32", "bfloat16")  # the precisions a circuit run computes in
 #: How circuits are picked from the scores: top signed scores (CPR), top absolute scores (CMD).
 CRITERIA = ("signed", "absolute")
 #: The options of a circuit track run (`neuroneval.torch.circuits.circuit_track`, `neuroneval
@@ -133,8 +132,8 @@ CIRCUIT_TRACK_OPTIONS = Options(
         "dtype",
         "choice",
         "auto",
-        "the model's precision: auto is bfloat16 for smollm2 (MIB loads its LLaMA-family models so) "
-        "and float32 for the digit-pair model (as MIB runs GPT-2 and InterpBench)",
+        "the model's precision: auto is bfloat16 for smollm2 (as MIB loads "
+        "LLaMA-family models), float32 for digit-pair",
         choices=("auto", *CIRCUIT_DTYPES),
         metavar="DTYPE",
     ),
@@ -346,14 +345,12 @@ class CircuitRun:
 
     Attributes
     ----------
-    model, task : str
-        What was run (e.g. ``smollm2``, ``ioi``).
-    ablation : str
-        ``patching`` (non-circuit edges read the counterfactual run) or ``mean``.
-    n_layers, n_heads : int
-        The graph is ``transformer_graph(n_layers, n_heads)``.
-    n_score, n_eval : int
-        Examples used to score edges and to evaluate circuits.
+    model, task, ablation : str
+        What was run (e.g. ``smollm2``, ``ioi``); ``patching`` (non-circuit edges read the
+        counterfactual run) or ``mean``.
+    n_layers, n_heads, n_score, n_eval : int
+        The graph is ``transformer_graph(n_layers, n_heads)``; examples used to score edges and
+        to evaluate circuits.
     steps, seed : int
         Integration steps of EAP-IG on inputs; the seed of the run.
     activation_steps : int, optional
@@ -365,8 +362,7 @@ class CircuitRun:
         The model's hidden size, written into the score files' ``cfg``: MIB's (EAP-IG's)
         ``Graph.from_json`` needs it (None for a run that does not know it).
     dtype : str, optional
-        The precision the model computed in (`CIRCUIT_DTYPES`; None: not recorded, as in runs
-        written before it was).
+        The precision the model computed in (`CIRCUIT_DTYPES`; None where not recorded).
     fractions : tuple of float
         The circuit sizes, as fractions of the edges (`FRACTIONS`), increasing in (0, 1].
     full, empty : float

@@ -156,7 +156,9 @@ def _stacks(passes: Iterable[Replacements], most: int) -> Iterator[list[Replacem
     tensors, each group run as one pass over copies of the batch."""
     group: list[Replacements] = []
     for given in passes:
-        if group and (len(group) == most or given.keys() != group[0].keys() or any(callable(v) for v in given.values())):
+        if group and (
+            len(group) == most or given.keys() != group[0].keys() or any(callable(v) for v in given.values())
+        ):
             yield group
             group = []
         group.append(given)
@@ -180,8 +182,9 @@ def _unstack_sum(g: Tensor, k: int) -> Tensor:
     """A gradient over k copies of the batch, summed over the copies."""
     if k == 1:
         return g
-    copies = g.unflatten(1 if g.dim() == 4 else 0, (k, g.shape[1 if g.dim() == 4 else 0] // k)).unbind(1 if g.dim() == 4 else 0)
-    total = copies[0].to(torch.promote_types(g.dtype, torch.float32), copy=True)
+    axis = 1 if g.dim() == 4 else 0
+    copies = g.unflatten(axis, (k, g.shape[axis] // k)).unbind(axis)
+    total: Tensor = copies[0].to(torch.promote_types(g.dtype, torch.float32), copy=True)
     for c in copies[1:]:  # elementwise adds: a reduction over a middle axis with a dtype is far slower
         total.add_(c)
     return total

@@ -22,19 +22,35 @@ what differs is what is left out, each a saving that is exact:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from .models import DecomposedModel, Layout
 
-if TYPE_CHECKING:
-    from .patching import Cache
-
 Tensor = torch.Tensor
 
 CUR, COR, MIX = 0, 1, 2  # a receiver input's kind: this run's residual, the counterfactual one, a mix
+
+
+@dataclass
+class Cache:
+    """An unpatched run's sender outputs and the residual sums its receivers read.
+
+    Attributes
+    ----------
+    outputs : torch.Tensor
+        ``[S, B, T, d]``: every sender's output (the input node, then each layer's heads and MLP),
+        or ``[S, 1, 1, d]`` means for mean ablation.
+    residuals : dict of int to torch.Tensor
+        The sum of senders ``0..u-1``, for each upstream count ``u`` a receiver reads.
+    metric : torch.Tensor or None
+        The run's logit difference per example.
+    """
+
+    outputs: Tensor
+    residuals: dict[int, Tensor]
+    metric: Tensor | None = None
 
 
 @dataclass
@@ -63,7 +79,7 @@ class _Differences:
         held = getattr(model, "_difference_buffer", None)
         if held is None or held[0] != key or held[1].shape[0] < n + 1:
             held = (key, torch.empty((n + 1, *shape), dtype=dtype, device=device))  # and a row for a base
-            model._difference_buffer = held
+            model._difference_buffer = held  # type: ignore[attr-defined]
         self.buffer: Tensor = held[1]
         self.row = np.full(n, -1, dtype=np.int64)
         self.count = 0
@@ -124,7 +140,12 @@ class _Pass:
     then the stages up to that point, then the rest."""
 
     def __init__(
-        self, model: DecomposedModel, tokens: Tensor, mask: np.ndarray, corrupt: Cache, start: tuple[int, int, Cache] | None
+        self,
+        model: DecomposedModel,
+        tokens: Tensor,
+        mask: np.ndarray,
+        corrupt: Cache,
+        start: tuple[int, int, Cache] | None,
     ) -> None:
         self.model, self.layout = model, model.layout
         self.cor_out, self.cor_res = corrupt.outputs, corrupt.residuals
@@ -158,15 +179,15 @@ class _Pass:
         last = self.stage0 - 1
         for i in range(self.stage0, len(self.stages)):
             u, mask = self.stages[i]
-            rows[i] = _rows(mask, self.live[:u])
+            rows[i] = rows_i = _rows(mask, self.live[:u])
             strict = _rows(mask, differs[:u])
             if (strict.kind != CUR).any():
                 last = i
             if i < 2 * self.model.n_layers:
                 nodes = _stage_nodes(self.layout, i)
-                k = len(nodes)
-                self.live[nodes.start : nodes.stop] = rows[i].inside.reshape(k, -1).any(1) & needed[nodes.start : nodes.stop]  # type: ignore[union-attr]
-                differs[nodes.start : nodes.stop] = strict.inside.reshape(k, -1).any(1)
+                k, here = len(nodes), slice(nodes.start, nodes.stop)
+                self.live[here] = rows_i.inside.reshape(k, -1).any(1) & needed[here]
+                differs[here] = strict.inside.reshape(k, -1).any(1)
         return rows, last
 
     def run(self) -> Tensor:
@@ -235,7 +256,9 @@ class _Pass:
         if self.clean is not None:
             self.diffs.fill(senders, self.clean.outputs, self.cor_out)
 
-    def _mixed(self, r: _Rows, which: np.ndarray, u: int, extra: np.ndarray | None = None) -> tuple[Tensor, Tensor | None]:
+    def _mixed(
+        self, r: _Rows, which: np.ndarray, u: int, extra: np.ndarray | None = None
+    ) -> tuple[Tensor, Tensor | None]:
         """The inputs of the MIX rows `which` of a stage reading `u` senders, ``[len(which), B,
         T, d]``, and those of `extra` rows.
 
@@ -304,7 +327,9 @@ class _Pass:
                     assert mixed is not None
                     part = slice(offset, offset + where.size)
                     offset += where.size
-                    y = _project_each(mixed[part], w, bias, heads, None if scale is None else (a.norm.weight, scale[part]))
+                    y = _project_each(
+                        mixed[part], w, bias, heads, None if scale is None else (a.norm.weight, scale[part])
+                    )
                 else:
                     unique, back = np.unique(heads, return_inverse=True)
                     y = _take(_project_heads(normed[source], w, bias, unique), back)
@@ -342,7 +367,8 @@ def _project_heads(x: Tensor, w: Tensor, bias: Tensor | None, idx: np.ndarray) -
     wi = w[sel]
     n, hd, d = wi.shape
     y = torch.nn.functional.linear(x, wi.reshape(n * hd, d), None if bias is None else bias[sel].reshape(n * hd))
-    return y.unflatten(-1, (n, hd)).permute(2, 0, 1, 3)
+    out: Tensor = y.unflatten(-1, (n, hd)).permute(2, 0, 1, 3)
+    return out
 
 
 def _take(t: Tensor, index: np.ndarray) -> Tensor:
@@ -366,7 +392,6 @@ def _rms_scale(norm: torch.nn.Module, x: Tensor) -> Tensor | None:
     return torch.rsqrt(sq.div_(x.shape[-1]).add_(eps)).to(x.dtype)
 
 
-
 def _put(t: Tensor, index: np.ndarray, value: Tensor) -> None:
     """``t[index] = value``: a slice where the index is a run of consecutive rows."""
     if _consecutive(index):
@@ -375,7 +400,9 @@ def _put(t: Tensor, index: np.ndarray, value: Tensor) -> None:
         t[torch.from_numpy(index)] = value
 
 
-def _project_each(x: Tensor, w: Tensor, bias: Tensor | None, heads: np.ndarray, rms: tuple[Tensor, Tensor] | None) -> Tensor:
+def _project_each(
+    x: Tensor, w: Tensor, bias: Tensor | None, heads: np.ndarray, rms: tuple[Tensor, Tensor] | None
+) -> Tensor:
     """``[m, B, T, hd]``: each of the inputs `x` ``[m, B, T, d]`` projected by its own head (or
     group) of `w` ``[G, hd, d]``. `rms` (the norm's weight, the inputs' ``1 / rms``): `x` is not
     normalised yet, and the RMS norm is folded in (`_rms_scale`)."""

@@ -45,7 +45,7 @@ from neuroneval.errors import ShapeError
 from neuroneval.options import Option, Options
 
 from .models import DecomposedModel, Layout
-from .patched import patched_metric
+from .patched import Cache, patched_metric
 
 __all__ = ["RUN_OPTIONS", "Cache", "RunResult", "masked_logits", "mean_cache", "run"]
 
@@ -53,26 +53,6 @@ __all__ = ["RUN_OPTIONS", "Cache", "RunResult", "masked_logits", "mean_cache", "
 RUN_OPTIONS = Options(Option("keep", "flag", False, "return the run's cache"))
 
 Tensor = torch.Tensor
-
-
-@dataclass
-class Cache:
-    """An unpatched run's sender outputs and the residual sums its receivers read.
-
-    Attributes
-    ----------
-    outputs : torch.Tensor
-        ``[S, B, T, d]``: every sender's output (the input node, then each layer's heads and MLP),
-        or ``[S, 1, 1, d]`` means for mean ablation.
-    residuals : dict of int to torch.Tensor
-        The sum of senders ``0..u-1``, for each upstream count ``u`` a receiver reads.
-    metric : torch.Tensor or None
-        The run's logit difference per example.
-    """
-
-    outputs: Tensor
-    residuals: dict[int, Tensor]
-    metric: Tensor | None = None
 
 
 @dataclass

@@ -358,7 +358,9 @@ def circuit_track(
         dtype=dtype,
     )
     # MIB loads its LLaMA-family models in bfloat16, GPT-2 and InterpBench in float32
-    precision = getattr(torch, {"smollm2": "bfloat16"}.get(model, "float32") if options["dtype"] == "auto" else options["dtype"])
+    precision = getattr(
+        torch, {"smollm2": "bfloat16"}.get(model, "float32") if options["dtype"] == "auto" else options["dtype"]
+    )
     seed_: int = options["seed"]
     batch: int = options["batch_size"]
     truth = None
