@@ -337,10 +337,11 @@ class DecomposedModel:
     def input_gradients(self, layer: int, x: Tensor, grads: Sequence[Tensor]) -> list[Tensor]:
         """Each head's query, key and value input gradients ``[H, B, T, d]`` from the gradients of
         its projections (`heads`' `capture`) at the shared input `x`: back through the
-        projection, then through the norm's vector-Jacobian product at `x`, for all heads at once."""
+        projection, then through the norm's vector-Jacobian product at `x`, for all heads at once
+        (in float32 at least through a LLaMA-family RMS norm: `_rms_norm_vjp`)."""
         a = self._attention_weights(layer)
         weights = (a.wq, a.wk, a.wv)
-        back = _rms_norm_vjp(a.norm, x.detach(), weights)
+        back = _rms_norm_vjp(a.norm, x.detach())
         if back is not None:
             return [back(g, w) for g, w in zip(grads, weights, strict=True)]
         _, vjp, *_ = torch.func.vjp(a.norm, x.detach())
@@ -374,12 +375,13 @@ class DecomposedModel:
         return cast(Tensor, out if bias is None else out + bias[answer] - bias[foil])
 
 
-def _rms_norm_vjp(norm: Any, x: Tensor, heads: tuple[Tensor, ...]) -> Any:
+def _rms_norm_vjp(norm: Any, x: Tensor) -> Any:
     """The input gradients through a LLaMA-family RMS norm at `x` ``[B, T, d]`` of projection
-    gradients ``g`` ``[H, B, T, hd]`` by per-head weights ``W`` ``[H, hd, d]`` (one of `heads`),
+    gradients ``g`` ``[H, B, T, hd]`` by per-head weights ``W`` ``[H, hd, d]`` (``back(g, W)``),
     written out: ``y = w * (x r)``, ``r = rsqrt(mean(x^2) + eps)``, in float32 as the Hugging Face
     norm computes it, so with ``c = g W``: ``dx = c (w r) - x (r^3 / d) sum(w c x)``, where the sum
-    is taken in the heads' space, ``g . W (w x)`` (``hd`` terms, not ``d``). None for another norm
+    is taken in the heads' space, ``g . W (w x)`` (``hd`` terms, not ``d``); in float32, whatever
+    the model's precision (the gradient methods sum them in float32). None for another norm
     (its vector-Jacobian product is then taken through autograd, per head, which costs many times
     more)."""
     eps = getattr(norm, "variance_epsilon", None)
@@ -395,7 +397,8 @@ def _rms_norm_vjp(norm: Any, x: Tensor, heads: tuple[Tensor, ...]) -> Any:
     def back(g: Tensor, w: Tensor) -> Tensor:
         c = torch.einsum("hbte,hed->hbtd", g, w)  # in the model's precision, as autograd's
         dot = (g.float() * torch.einsum("btd,hed->hbte", xw, w.float())).sum(-1, keepdim=True)
-        return torch.addcmul(c.float().mul_(wr), xf, dot.mul_(k), value=-1).to(x.dtype)
+        # in place on one float32 copy (the gradients are summed in float32 anyway)
+        return c.to(torch.promote_types(c.dtype, torch.float32)).mul_(wr).addcmul_(xf, dot.mul_(k), value=-1)
 
     return back
 
