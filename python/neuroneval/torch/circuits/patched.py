@@ -17,6 +17,11 @@ what differs is what is left out, each a saving that is exact:
 - **One buffer.** ``cur_s - cor_s`` of the live senders is written into one buffer kept on the
   model between passes (no fresh pages per pass); senders read from the clean cache (`run`'s
   ``clean=``) get theirs when a mix first needs them.
+- **Reads, not rows.** A mix is bound by reading the senders' differences, not by the number
+  of rows it forms, so a layer's MLP row joins its heads' product where it can.
+- **The norm folded.** A mixed input to LLaMA's RMS norm is not normalised: its projection is
+  taken by ``W diag(weight)`` and scaled by ``1 / rms`` after (float32 and narrower; float64
+  keeps the Hugging Face norm, which computes in float32 inside).
 """
 
 from __future__ import annotations
