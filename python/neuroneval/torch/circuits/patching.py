@@ -80,13 +80,11 @@ class RunResult:
         return out
 
 
-def _mix(
-    rows: Tensor | None, u: int, outs: Sequence[Tensor], current: Tensor, corrupt: Cache | None, diff: Tensor | None
-) -> Tensor:
+def _mix(rows: Tensor | None, u: int, outs: Sequence[Tensor], current: Tensor, corrupt: Cache | None) -> Tensor:
     """The inputs of receivers reading senders ``0..u-1`` with circuit rows ``rows`` (``[J, u]``
     bool): ``[J, B, T, d]``, or the shared ``[B, T, d]`` residual when every receiver reads the
-    same one. `diff` holds ``cur_s - cor_s`` of the senders so far (without gradients), or is
-    None to build it from `outs` (with gradients)."""
+    same one. Circuit runs with gradients only (training with a circuit): the others are
+    `patched.patched_metric`'s."""
     if corrupt is None or rows is None:
         return current
     inside, outside = rows.any(0), (~rows).any(0)
@@ -100,17 +98,9 @@ def _mix(
         used, coef = inside, rows.to(current.dtype)
     else:
         base, used, coef = current, outside, -(~rows).to(current.dtype)
-    n_used = min(n_in, n_out)
-    if diff is None or 4 * n_used < u:  # few senders to correct: gather just those
-        cols = used.nonzero().flatten()
-        if diff is None:
-            picked = torch.stack([outs[int(c)] for c in cols]) - corrupt.outputs[cols]
-        else:
-            picked = diff.index_select(0, cols)
-        coef = coef[:, cols]
-    else:
-        picked = diff[:u]
-    mixed = coef @ picked.reshape(picked.shape[0], -1)
+    cols = used.nonzero().flatten()
+    picked = torch.stack([outs[int(c)] for c in cols]) - corrupt.outputs[cols]
+    mixed = coef[:, cols] @ picked.reshape(picked.shape[0], -1)
     return base + mixed.reshape(coef.shape[0], *current.shape)
 
 
@@ -210,12 +200,6 @@ def run(
     else:
         outs.append(override(0, model.embed(tokens)))
         current = outs[0]
-    # without gradients, cur_s - cor_s is written once per sender into one buffer
-    diff = None
-    if circuit is not None and corrupt is not None and not torch.is_grad_enabled():
-        diff = torch.empty((layout.n_senders, *current.shape), dtype=current.dtype, device=current.device)
-        known = clean.outputs[: len(outs)] if clean is not None else outs[0][None]
-        torch.sub(known, corrupt.outputs[: len(outs)], out=diff[: len(outs)])
     for layer in range(stage // 2, model.n_layers):
         if stage != 2 * layer + 1:  # else the heads read the clean run: theirs are in `outs` already
             u = layout.heads_upstream(layer)
@@ -224,7 +208,7 @@ def run(
             if circuit is not None:
                 s = layout.heads_start[layer]
                 rows = circuit[s : s + 3 * h * u].reshape(3 * h, u)
-            mixed = _mix(rows, u, outs, current, corrupt, diff)
+            mixed = _mix(rows, u, outs, current, corrupt)
             capture: list[Tensor] | None = None
             if mixed.dim() == 4:
                 per = mixed.reshape(h, 3, *mixed.shape[1:])
@@ -246,15 +230,13 @@ def run(
                 shared_inputs.append(mixed)
             outs.extend(head_out.unbind(0))
             current = current + head_out.sum(0)
-            if diff is not None and corrupt is not None:
-                torch.sub(head_out, corrupt.outputs[first : first + h], out=diff[first : first + h])
         u = layout.mlp_upstream(layer)
         residuals[u] = current
         rows = None
         if circuit is not None:
             s = layout.mlp_start[layer]
             rows = circuit[s : s + u].reshape(1, u)
-        mixed = _mix(rows, u, outs, current, corrupt, diff)
+        mixed = _mix(rows, u, outs, current, corrupt)
         mlp_in = mixed.squeeze(0) if mixed.dim() == 4 else mixed
         if split_inputs:
             mlp_in = _differentiable(mlp_in.view(mlp_in.shape))
@@ -267,12 +249,10 @@ def run(
         mlp_out = override(node, mlp_out)
         outs.append(mlp_out)
         current = current + mlp_out
-        if diff is not None and corrupt is not None:
-            diff[node] = mlp_out - corrupt.outputs[node]
     u = layout.n_senders
     residuals[u] = current
     rows = None if circuit is None else circuit[layout.logits_start :].reshape(1, u)
-    mixed = _mix(rows, u, outs, current, corrupt, diff)
+    mixed = _mix(rows, u, outs, current, corrupt)
     logits_in = mixed.squeeze(0) if mixed.dim() == 4 else mixed
     if split_inputs:
         logits_in = _differentiable(logits_in.view(logits_in.shape))
