@@ -58,7 +58,7 @@ from neuroneval.circuits.graph import Graph, prune
 from neuroneval.circuits.results import CIRCUIT_METHODS, CIRCUIT_TRACK_OPTIONS, NODE_METHODS
 from neuroneval.errors import ParameterError, ShapeError
 
-from .models import DecomposedModel
+from .models import DecomposedModel, summing_dtype
 from .patching import Cache, masked_logits, mean_cache, run
 
 __all__ = [
@@ -139,7 +139,7 @@ def _grads_and_difference(
             # the k copies' gradients summed: as k passes would have added them
             grads_list = [_unstack_sum(g, k) for g in result.input_gradients(model, grads)]
             if total is None:  # summed in float32 at least, whatever the model's precision
-                total = [g.to(torch.promote_types(g.dtype, torch.float32)) for g in grads_list]
+                total = [g.to(summing_dtype(g.dtype)) for g in grads_list]
             else:
                 for t, g in zip(total, grads_list, strict=True):
                     t.add_(g)
@@ -184,7 +184,7 @@ def _unstack_sum(g: Tensor, k: int) -> Tensor:
         return g
     axis = 1 if g.dim() == 4 else 0
     copies = g.unflatten(axis, (k, g.shape[axis] // k)).unbind(axis)
-    total: Tensor = copies[0].to(torch.promote_types(g.dtype, torch.float32), copy=True)
+    total: Tensor = copies[0].to(summing_dtype(g.dtype), copy=True)
     for c in copies[1:]:  # elementwise adds: a reduction over a middle axis with a dtype is far slower
         total.add_(c)
     return total
@@ -194,7 +194,7 @@ def _edge_products(model: DecomposedModel, grads: Sequence[Tensor], difference: 
     """``sum over examples and positions of difference_s . grad_r`` for every edge (s, r)."""
     lay, h = model.layout, model.n_heads
     scores = torch.zeros(model.graph.n_edges, dtype=torch.float64)
-    wide = torch.promote_types(difference.dtype, torch.float32)  # bfloat16 products summed in float32
+    wide = summing_dtype(difference.dtype)
     flat = difference.reshape(difference.shape[0], -1).to(wide)
     grads = [g.to(wide) for g in grads]
     g = iter(grads)

@@ -375,6 +375,11 @@ class DecomposedModel:
         return cast(Tensor, out if bias is None else out + bias[answer] - bias[foil])
 
 
+def summing_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The precision gradients are summed in: float32 at least (bfloat16 sums lose digits)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def _rms_norm_vjp(norm: Any, x: Tensor) -> Any:
     """The input gradients through a LLaMA-family RMS norm at `x` ``[B, T, d]`` of projection
     gradients ``g`` ``[H, B, T, hd]`` by per-head weights ``W`` ``[H, hd, d]`` (``back(g, W)``),
@@ -398,7 +403,7 @@ def _rms_norm_vjp(norm: Any, x: Tensor) -> Any:
         c = torch.einsum("hbte,hed->hbtd", g, w)  # in the model's precision, as autograd's
         dot = (g.float() * torch.einsum("btd,hed->hbte", xw, w.float())).sum(-1, keepdim=True)
         # in place on one float32 copy (the gradients are summed in float32 anyway)
-        return c.to(torch.promote_types(c.dtype, torch.float32)).mul_(wr).addcmul_(xf, dot.mul_(k), value=-1)
+        return c.to(summing_dtype(c.dtype)).mul_(wr).addcmul_(xf, dot.mul_(k), value=-1)
 
     return back
 
