@@ -120,6 +120,67 @@ def test_chunked_placement_and_unsorted_files(
             np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int16", "int32", "int64", "uint32", "uint64"])
+def test_every_integer_location_dtype_reads_alike(
+    cache_dir: tuple[Path, np.ndarray, np.ndarray], tmp_path: Path, dtype: str
+) -> None:
+    d, _, _ = cache_dir
+    whole = read_delphi_cache(d).activations.core
+    other = tmp_path / dtype
+    other.mkdir()
+    for f in sorted(d.glob("*.safetensors")):
+        data = load_file(str(f))
+        data["locations"] = data["locations"].astype(dtype)
+        save_file(data, str(other / f.name))
+    for a, b in zip(whole[1:], read_delphi_cache(other).activations.core[1:], strict=True):
+        np.testing.assert_array_equal(a, b)
+    if np.dtype(dtype).kind == "i":  # a negative location is named, not wrapped
+        first = other / "0_4.safetensors"
+        data = load_file(str(first))
+        data["locations"][1, 1] = -3
+        save_file(data, str(first))
+        with pytest.raises(SourceError, match="entry 1 has position -3, outside 0..8"):
+            read_delphi_cache(other)
+
+
+def test_splits_of_two_value_dtypes_read_as_the_wider(
+    cache_dir: tuple[Path, np.ndarray, np.ndarray], tmp_path: Path
+) -> None:
+    d, acts, _ = cache_dir
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for i, f in enumerate(sorted(d.glob("*.safetensors"))):
+        data = load_file(str(f))
+        if i % 2:
+            data["activations"] = data["activations"].astype(np.float32)
+        save_file(data, str(mixed / f.name))
+    _, _, _, values = read_delphi_cache(mixed).activations.core
+    assert values.dtype == np.float32
+    np.testing.assert_array_equal(
+        read_delphi_cache(mixed).activations.dense(), acts.astype(np.float16).astype(np.float32)
+    )
+
+
+def test_a_file_changed_between_the_passes_is_named(
+    cache_dir: tuple[Path, np.ndarray, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d, _, _ = cache_dir
+    chunks = delphi._Split.chunks
+    passes: dict[str, int] = {}
+
+    def changed(self: delphi._Split):  # type: ignore[no-untyped-def]
+        passes[self.path.name] = passes.get(self.path.name, 0) + 1
+        for loc, val in chunks(self):
+            if passes[self.path.name] == 2 and self.path.name == "5_10.safetensors":
+                loc = loc.copy()
+                loc[:, 2] = 0  # every entry now in the split's first latent
+            yield loc, val
+
+    monkeypatch.setattr(delphi._Split, "chunks", changed)
+    with pytest.raises(SourceError, match=r"5_10.safetensors, entries 0\.\.\d+: .*was the file changed"):
+        read_delphi_cache(d)
+
+
 def test_writer_matches_delphi_layout(cache_dir: tuple[Path, np.ndarray, np.ndarray], tmp_path: Path) -> None:
     d, acts, tokens = cache_dir
     ours = tmp_path / "ours"

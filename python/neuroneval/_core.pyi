@@ -10,9 +10,11 @@ __all__ = [
     "check_arguments",
     "check_finite",
     "check_pairs",
+    "count_entries",
     "metric_facts",
     "metric_names",
     "num_threads",
+    "place_entries",
     "prepare_concepts",
     "rank_statistic_columns",
     "score_param_rules",
@@ -20,6 +22,7 @@ __all__ = [
     "score_pairs",
     "set_counting_ranks",
     "table_scores",
+    "unordered_columns",
 ]
 
 # A matrix source: one 2-D float16/32/64 array, a list of such arrays stacked along the
@@ -97,6 +100,24 @@ def rank_statistic_columns(
     labels: npt.NDArray[np.floating],
     scores: npt.NDArray[np.floating],
 ) -> npt.NDArray[np.float64]: ...
+def count_entries(
+    locations: npt.NDArray[np.integer],
+    values: npt.NDArray[np.floating],
+    limits: tuple[int, int, int],
+    counts: npt.NDArray[np.int64],
+) -> tuple[int, int, int | float] | None: ...
+def place_entries(
+    locations: npt.NDArray[np.integer],
+    values: npt.NDArray[np.floating],
+    ctx_len: int,
+    cursor: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
+    indices: npt.NDArray[np.int64],
+    out: npt.NDArray[np.floating],
+) -> None: ...
+def unordered_columns(
+    indptr: npt.NDArray[np.int64], indices: npt.NDArray[np.int64], first: int, last: int
+) -> list[int]: ...
 def metric_names() -> list[str]: ...
 def score_param_rules() -> list[tuple[str, str, float, tuple[float, bool, float, bool], str, str]]: ...
 def metric_facts() -> list[tuple[str, bool, bool, bool, tuple[float, float] | None, bool, str]]: ...

@@ -55,6 +55,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from .. import _core
 from .._coerce import check_integer
 from ..errors import EmptyInputError, ParameterError, ShapeError, SourceError
 from ..files import read_json, write_files_atomic
@@ -181,16 +182,17 @@ class _Split:
 
     def chunks(self) -> Iterator[tuple[npt.NDArray[Any], npt.NDArray[Any]]]:
         """(locations, values) chunks of at most CHUNK_ENTRIES entries, in file order, copied
-        out of the map."""
-        with _opened(self.path) as f:
-            locations, values = _tensor_slice(f, self.path, "locations"), _tensor_slice(f, self.path, "activations")
-            for lo in range(0, self.n, CHUNK_ENTRIES):
-                hi = min(lo + CHUNK_ENTRIES, self.n)
+        out of the map. The file is mapped anew for each chunk, so that the pages resident at
+        once are one chunk's, not the file's."""
+        for lo in range(0, self.n, CHUNK_ENTRIES):
+            hi = min(lo + CHUNK_ENTRIES, self.n)
+            with _opened(self.path) as f:
+                locations, values = _tensor_slice(f, self.path, "locations"), _tensor_slice(f, self.path, "activations")
                 try:
                     loc, val = np.array(locations[lo:hi]), np.array(values[lo:hi])
                 except Exception as e:  # a short file fails here, not at open
                     raise SourceError(f"{self.path}: entries {lo}..{hi} cannot be read (truncated file?): {e}") from e
-                yield loc, val
+            yield loc, val
 
 
 def _split_files(directory: Path) -> list[tuple[int, int, Path]]:
@@ -369,25 +371,20 @@ def _common_tokens(splits: Sequence[_Split]) -> npt.NDArray[np.int64] | None:
 
 
 def _count_entries(split: _Split, n_sequences: int, ctx_len: int) -> npt.NDArray[np.int64]:
-    """Entries per latent of the split, with every location checked against the shape."""
+    """Entries per latent of the split, with every location checked against the shape (the
+    count in the core: `_core.count_entries`)."""
     size = split.end - split.start + 1
     counts = np.zeros(size, dtype=np.int64)
     done = 0
     for loc, val in split.chunks():
-        for column, limit, name in ((0, n_sequences, "sequence"), (1, ctx_len, "position"), (2, size, "latent")):
-            c = loc[:, column]
-            bad = (c < 0) | (c >= limit) if np.issubdtype(c.dtype, np.signedinteger) else c >= limit
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                hint = f" (latent - {split.start} of the split {split.start}..{split.end})" if name == "latent" else ""
-                raise SourceError(
-                    f"{split.path}: entry {done + i} has {name} {int(c[i])}{hint}, outside 0..{limit - 1}"
-                )
-        finite = np.isfinite(val)
-        if not finite.all():
-            i = int(np.flatnonzero(~finite)[0])
-            raise SourceError(f"{split.path}: entry {done + i} has the activation {val[i]}")
-        counts += np.bincount(loc[:, 2].astype(np.int64), minlength=size)
+        bad = _core.count_entries(loc, val, (n_sequences, ctx_len, size), counts)
+        if bad is not None:
+            i, field, value = bad
+            if field == 3:
+                raise SourceError(f"{split.path}: entry {done + i} has the activation {val[i]}")
+            name, limit = (("sequence", n_sequences), ("position", ctx_len), ("latent", size))[field]
+            hint = f" (latent - {split.start} of the split {split.start}..{split.end})" if name == "latent" else ""
+            raise SourceError(f"{split.path}: entry {done + i} has {name} {value}{hint}, outside 0..{limit - 1}")
         done += len(val)
     return counts
 
@@ -395,24 +392,17 @@ def _count_entries(split: _Split, n_sequences: int, ctx_len: int) -> npt.NDArray
 def _place_entries(
     split: _Split, ctx_len: int, indptr: npt.NDArray[np.int64], indices: npt.NDArray[np.int64], values: npt.NDArray[Any]
 ) -> None:
-    """Scatter the split's entries into CSC order: within each latent they keep file order."""
-    size = split.end - split.start + 1
+    """Place the split's entries in CSC order, each latent's in file order: a stable counting
+    sort by latent, in the core (`_core.place_entries`), chunk by chunk."""
     cursor = indptr[split.start : split.end + 1].copy()
+    ends = indptr[split.start + 1 : split.end + 2]
+    done = 0
     for loc, val in split.chunks():
-        latent = loc[:, 2].astype(np.int64)
-        rows = loc[:, 0].astype(np.int64) * ctx_len + loc[:, 1]
-        # A stable sort of 16-bit keys is a radix sort in numpy: split-local latents nearly always fit.
-        order = np.argsort(loc[:, 2].astype(np.uint16) if size <= 1 << 16 else latent, kind="stable")
-        chunk_counts = np.bincount(latent, minlength=size)
-        # entry i of the sorted chunk, the j-th of its latent's group, goes to cursor[latent] + j
-        offset = cursor - (np.cumsum(chunk_counts) - chunk_counts)
-        if (offset == offset[0]).all():  # the chunk is the whole split: one contiguous run
-            at: Any = slice(int(offset[0]), int(offset[0]) + len(order))
-        else:
-            at = np.repeat(offset, chunk_counts) + np.arange(len(order), dtype=np.int64)
-        indices[at] = rows[order]
-        values[at] = val[order]
-        cursor += chunk_counts
+        try:
+            _core.place_entries(loc, val.astype(values.dtype, copy=False), ctx_len, cursor, ends, indices, values)
+        except ShapeError as e:  # the counted entries no longer fit: the file changed between the passes
+            raise SourceError(f"{split.path}, entries {done}..{done + len(val) - 1}: {e}") from None
+        done += len(val)
 
 
 def _check_columns(
@@ -420,17 +410,7 @@ def _check_columns(
 ) -> None:
     """Each latent's rows strictly increasing: delphi writes them in (sequence, position)
     order; a cache written otherwise is sorted here, and an entry given twice is an error."""
-    lo, hi = int(indptr[split.start]), int(indptr[split.end + 1])
-    starts = indptr[split.start + 1 : split.end + 1]  # where a latent begins: no step to check there
-    unordered: set[int] = set()
-    for a in range(lo + 1, hi, CHUNK_ENTRIES):
-        b = min(a + CHUNK_ENTRIES, hi)
-        bad = indices[a:b] <= indices[a - 1 : b - 1]
-        inside = starts[(starts >= a) & (starts < b)]
-        bad[inside - a] = False
-        if bad.any():
-            unordered.update((np.searchsorted(indptr, np.flatnonzero(bad) + a, side="right") - 1).tolist())
-    for latent in sorted(unordered):
+    for latent in _core.unordered_columns(indptr, indices, split.start, split.end + 1):
         a, b = int(indptr[latent]), int(indptr[latent + 1])
         order = np.argsort(indices[a:b], kind="stable")
         indices[a:b], values[a:b] = indices[a:b][order], values[a:b][order]

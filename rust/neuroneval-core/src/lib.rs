@@ -7,6 +7,7 @@
 pub mod by_concept;
 pub mod concepts;
 pub mod engine;
+pub mod entries;
 pub mod error;
 mod gemm;
 pub mod matrix;

@@ -5,11 +5,13 @@
 //! - `errors`: core errors onto `neuroneval.errors`;
 //! - `pool`: the thread pool, and running a core call without the GIL;
 //! - `params`: `ScoreParams`, the scoring parameters as one validated object;
-//! - `scoring`, `facts`: the functions.
+//! - `scoring`, `facts`: the functions;
+//! - `entries`: sparse entries placed into compressed columns (the delphi cache reader).
 
 use pyo3::prelude::*;
 
 mod convert;
+mod entries;
 mod errors;
 mod facts;
 mod params;
@@ -33,6 +35,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scoring::score_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(scoring::table_scores, m)?)?;
     m.add_function(wrap_pyfunction!(scoring::rank_statistic_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(entries::count_entries, m)?)?;
+    m.add_function(wrap_pyfunction!(entries::place_entries, m)?)?;
+    m.add_function(wrap_pyfunction!(entries::unordered_columns, m)?)?;
     m.add_function(wrap_pyfunction!(facts::metric_names, m)?)?;
     m.add_function(wrap_pyfunction!(facts::metric_facts, m)?)?;
     m.add_function(wrap_pyfunction!(facts::score_param_rules, m)?)?;
