@@ -274,46 +274,6 @@ def test_user_scratch_directory_is_not_deleted(tmp_path: Path, to_file: bool) ->
     assert_same_table(table, neuroneval.score(path, C64, ["auc"]))
 
 
-@pytest.mark.parametrize("before", [True, False])
-def test_huge_page_advice_is_off_while_blocks_are_read_then_as_it_was(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, before: bool
-) -> None:
-    """numpy's huge-page advice is off while blocks are read (its synchronous compaction
-    cost seconds of system time per run), and the caller's setting is back afterwards, also
-    when the run fails."""
-    from neuroneval import _evaluate
-
-    toggle = np._core.multiarray._set_madvise_hugepage
-
-    def current() -> bool:
-        state = toggle(False)
-        toggle(state)
-        return bool(state)
-
-    seen: list[bool] = []
-    read = _evaluate._BlockReader.read
-
-    def watched(self: Any, block: int) -> Any:
-        seen.append(current())
-        return read(self, block)
-
-    monkeypatch.setattr(_evaluate._BlockReader, "read", watched)
-    path = _npy(tmp_path, A64.astype(np.float32))
-    original = current()
-    toggle(before)
-    try:
-        table = neuroneval.evaluate(path, C64, ["auc"], block_units=4, progress=False)
-        assert current() is before
-        assert seen and not any(seen)
-        assert_same_table(table, neuroneval.score(path, C64, ["auc"]))
-        monkeypatch.setattr(_evaluate, "score_block", lambda *_: (_ for _ in ()).throw(OSError("disk gone")))
-        with pytest.raises(OSError, match="disk gone"):
-            neuroneval.evaluate(path, C64, ["auc"], block_units=4, progress=False)
-        assert current() is before
-    finally:
-        toggle(original)
-
-
 @pytest.mark.usefixtures("whole_file_reads")
 def test_a_small_row_major_file_is_read_whole_not_through_scratch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -465,12 +465,6 @@ class _Job:
         if not todo:
             return []
         assert plan.prepared is not None
-        with _no_huge_pages():
-            return self._run(scratch, todo, done, keep_parts)
-
-    def _run(self, scratch: Path, todo: list[int], done: set[int], keep_parts: bool) -> list[pl.DataFrame]:
-        plan = self.plan
-        assert plan.prepared is not None
         blocks = _BlockReader(plan.acts, plan.bounds, scratch, self.report)
         frames: list[pl.DataFrame] = []
         # The next block is read on a second thread while the core (which releases the
@@ -497,25 +491,6 @@ class _Job:
                 bar.update(1)
         blocks.close()
         return frames
-
-
-@contextmanager
-def _no_huge_pages() -> Iterator[None]:
-    """numpy's advice to the kernel to back its arrays of 4 MiB or more with huge pages, off
-    while blocks are read and scored, then as it was. Under the kernel's ``defrag=madvise``
-    setting that advice makes each first touch of such an array compact memory synchronously
-    (benches/README.md: up to 12 s of system time in a 15 s run); evaluate's buffers are
-    written and read sequentially once per block and gain nothing from huge pages."""
-    toggle = getattr(getattr(np, "_core", None), "multiarray", None)
-    toggle = getattr(toggle, "_set_madvise_hugepage", None)
-    if toggle is None:  # a numpy without the switch
-        yield
-        return
-    before = toggle(False)
-    try:
-        yield
-    finally:
-        toggle(before)
 
 
 class _BlockReader:
