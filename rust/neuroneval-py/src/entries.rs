@@ -1,13 +1,12 @@
 //! Sparse entries placed into compressed columns (`neuroneval_core::entries`), for the delphi
 //! cache reader: numpy chunks in, written in place into the caller's CSC arrays.
 
-use half::f16;
 use neuroneval_core::entries::{self, BadEntry, Location};
 use neuroneval_core::Element;
 use numpy::{PyReadonlyArray1, PyReadonlyArray2, PyReadwriteArray1};
 use pyo3::prelude::*;
 
-use crate::convert::slice;
+use crate::convert::{slice, FloatVector};
 use crate::errors::{shape_error, to_py_err};
 
 /// A contiguous `[n, 3]` integer array of locations, of any integer dtype.
@@ -26,39 +25,14 @@ pub enum Locations<'py> {
 /// Applies `f` to the locations as a slice, whatever their integer type.
 macro_rules! with_locations {
     ($l:expr, |$s:ident| $body:expr) => {
+        with_locations!(@arms $l, $s, $body, U8 U16 U32 U64 I8 I16 I32 I64)
+    };
+    (@arms $l:expr, $s:ident, $body:expr, $($variant:ident)*) => {
         match $l {
-            Locations::U8(a) => {
+            $(Locations::$variant(a) => {
                 let $s = contiguous(a)?;
                 $body
-            }
-            Locations::U16(a) => {
-                let $s = contiguous(a)?;
-                $body
-            }
-            Locations::U32(a) => {
-                let $s = contiguous(a)?;
-                $body
-            }
-            Locations::U64(a) => {
-                let $s = contiguous(a)?;
-                $body
-            }
-            Locations::I8(a) => {
-                let $s = contiguous(a)?;
-                $body
-            }
-            Locations::I16(a) => {
-                let $s = contiguous(a)?;
-                $body
-            }
-            Locations::I32(a) => {
-                let $s = contiguous(a)?;
-                $body
-            }
-            Locations::I64(a) => {
-                let $s = contiguous(a)?;
-                $body
-            }
+            })*
         }
     };
 }
@@ -68,14 +42,6 @@ fn contiguous<'a, L: Location + numpy::Element>(
 ) -> PyResult<&'a [L]> {
     a.as_slice()
         .map_err(|_| shape_error("locations must be a C-contiguous [n, 3] array".into()))
-}
-
-/// Values of one float dtype, read-only.
-#[derive(FromPyObject)]
-pub enum Values<'py> {
-    F64(PyReadonlyArray1<'py, f64>),
-    F32(PyReadonlyArray1<'py, f32>),
-    F16(PyReadonlyArray1<'py, f16>),
 }
 
 /// The first bad entry as (index, field, value): field 0-2 a location field out of range
@@ -102,7 +68,7 @@ fn bad_entry(py: Python<'_>, bad: BadEntry) -> PyResult<Bad> {
 pub fn count_entries(
     py: Python<'_>,
     locations: Locations<'_>,
-    values: Values<'_>,
+    values: FloatVector<'_>,
     limits: (u64, u64, u64),
     mut counts: PyReadwriteArray1<'_, i64>,
 ) -> PyResult<Option<Bad>> {
@@ -121,22 +87,22 @@ pub fn count_entries(
             .map_err(to_py_err)
     }
     let found = with_locations!(&locations, |l| match &values {
-        Values::F64(v) => go(py, l, slice(v, "values")?, limits, counts)?,
-        Values::F32(v) => go(py, l, slice(v, "values")?, limits, counts)?,
-        Values::F16(v) => go(py, l, slice(v, "values")?, limits, counts)?,
+        FloatVector::F64(v) => go(py, l, slice(v, "values")?, limits, counts)?,
+        FloatVector::F32(v) => go(py, l, slice(v, "values")?, limits, counts)?,
+        FloatVector::F16(v) => go(py, l, slice(v, "values")?, limits, counts)?,
     });
     found.map(|b| bad_entry(py, b)).transpose()
 }
 
 /// Places a chunk's entries into `indices` (rows, ``sequence * ctx_len + position``) and `out`
-/// (values, the chunk's dtype) at each column's cursor, moving the cursors on; `ends` bounds
+/// (values, of the chunk's dtype) at each column's cursor, moving the cursors on; `ends` bounds
 /// each column's range. Refused (a `ShapeError`, nothing written) when a chunk does not fit.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 pub fn place_entries(
     py: Python<'_>,
     locations: Locations<'_>,
-    values: Bound<'_, PyAny>,
+    values: FloatVector<'_>,
     ctx_len: u64,
     mut cursor: PyReadwriteArray1<'_, i64>,
     ends: PyReadonlyArray1<'_, i64>,
@@ -150,38 +116,32 @@ pub fn place_entries(
     let indices = indices
         .as_slice_mut()
         .map_err(|_| shape_error("indices must be a contiguous int64 array".into()))?;
+    /// The chunk placed into `out`, which must have the values' dtype.
+    #[allow(clippy::too_many_arguments)]
     fn go<L: Location, V: Copy + Send + Sync + numpy::Element>(
         py: Python<'_>,
         l: &[L],
-        values: &Bound<'_, PyAny>,
+        values: &PyReadonlyArray1<'_, V>,
         ctx_len: u64,
         cursor: &mut [i64],
         ends: &[i64],
         indices: &mut [i64],
         out: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let values: PyReadonlyArray1<'_, V> = values.extract()?;
-        let mut out: PyReadwriteArray1<'_, V> = out.extract()?;
-        let v = slice(&values, "values")?;
+        let v = slice(values, "values")?;
+        let mut out: PyReadwriteArray1<'_, V> = out.extract().map_err(|_| {
+            shape_error("out must be a writable contiguous 1-D array of the values' dtype".into())
+        })?;
         let o = out
             .as_slice_mut()
             .map_err(|_| shape_error("out must be a contiguous array".into()))?;
         py.detach(|| entries::place_entries(l, v, ctx_len, cursor, ends, indices, o))
             .map_err(to_py_err)
     }
-    let dtype = values.getattr("dtype")?.str()?.to_string();
-    if out.getattr("dtype")?.str()?.to_string() != dtype {
-        return Err(shape_error(format!(
-            "out must have the values' dtype {dtype}"
-        )));
-    }
-    with_locations!(&locations, |l| match dtype.as_str() {
-        "float64" => go::<_, f64>(py, l, &values, ctx_len, cursor, ends, indices, &out),
-        "float32" => go::<_, f32>(py, l, &values, ctx_len, cursor, ends, indices, &out),
-        "float16" => go::<_, f16>(py, l, &values, ctx_len, cursor, ends, indices, &out),
-        other => Err(shape_error(format!(
-            "values must be float16, float32 or float64; got {other}"
-        ))),
+    with_locations!(&locations, |l| match &values {
+        FloatVector::F64(v) => go(py, l, v, ctx_len, cursor, ends, indices, &out),
+        FloatVector::F32(v) => go(py, l, v, ctx_len, cursor, ends, indices, &out),
+        FloatVector::F16(v) => go(py, l, v, ctx_len, cursor, ends, indices, &out),
     })
 }
 
