@@ -95,7 +95,7 @@ pub fn sort_descending_into(values: &[f64], order: &mut Vec<u32>, scratch: &mut 
             }
         }
         Packing::Radix(facts) => {
-            radix_sort_packed(values, scratch, facts);
+            radix_sort_packed(values, scratch, facts, &mut |_, _| {});
             match scratch.sorted {
                 SortedKeys::Packed => order.extend(scratch.packed.iter().map(|&x| x as u32)),
                 _ => order.extend(scratch.keyed.iter().map(|&(_, i)| i)),
@@ -307,8 +307,15 @@ pub(crate) fn bin_starts(packed: &[u64], bins: Bins, starts: &mut Vec<u32>, odd:
 }
 
 /// Sorts the keys that [`pack_keys`] packed (when it answered [`Packing::Radix`]) by the
-/// radix sort, and records where the sorted keys are (`scratch.sorted`).
-pub(crate) fn radix_sort_packed(values: &[f64], scratch: &mut SortScratch, keys: RadixKeys) {
+/// radix sort, and records where the sorted keys are (`scratch.sorted`). The sort's last
+/// pass calls `place(q, i)` as it writes input i's key at its final position q, once for
+/// every input, unless every key is equal (no pass runs).
+pub(crate) fn radix_sort_packed(
+    values: &[f64],
+    scratch: &mut SortScratch,
+    keys: RadixKeys,
+    place: &mut impl FnMut(usize, u32),
+) {
     // Key in the high 32 bits, index in the low 32: half the data moved, when every value
     // is an exact float32 (checked while packing); else 64-bit keys beside the index.
     if keys.exact {
@@ -319,6 +326,7 @@ pub(crate) fn radix_sort_packed(values: &[f64], scratch: &mut SortScratch, keys:
             keys.varying as u64,
             |x| x >> 32,
             |x, k| (k << 32) | (x & 0xffff_ffff),
+            &mut |q, x| place(q, x as u32),
         );
     } else {
         scratch.sorted = SortedKeys::Keyed;
@@ -337,6 +345,7 @@ pub(crate) fn radix_sort_packed(values: &[f64], scratch: &mut SortScratch, keys:
             varying,
             |x| x.0,
             |x, k| (k, x.1),
+            &mut |q, x| place(q, x.1),
         );
     }
 }
@@ -391,16 +400,17 @@ fn pack_f32_keys(values: &[f64], packed: &mut [u64]) -> KeyFacts {
 }
 
 /// Sorts `items` by `key` (see [`radix_sort`]), where `varying` has the key bits in which
-/// some item differs from another (noted while filling them).
+/// some item differs from another (noted while filling them); `place` as in [`radix_sort`].
 fn sort_items<T: Copy + Default>(
     items: &mut Vec<T>,
     next: &mut Vec<T>,
     varying: u64,
     key: impl Fn(T) -> u64,
     set_key: impl Fn(T, u64) -> T,
+    place: &mut impl FnMut(usize, T),
 ) {
     if let Some(span) = drop_common_low_bits(items, varying, &key, set_key) {
-        radix_sort(items, next, key, span);
+        radix_sort(items, next, key, span, place);
     }
 }
 
@@ -433,21 +443,23 @@ fn drop_common_low_bits<T: Copy>(
 /// integers), 11-bit digits: two passes instead of three. A digit on which every key agrees
 /// is skipped. The counts come from one pass into two tables that take alternate items:
 /// with few distinct digits (ties), consecutive items of one table would wait on each
-/// other's counter updates.
+/// other's counter updates. The last pass calls `place(q, item)` as it writes each item at
+/// its final position q (a ranking then needs no pass of its own to learn the positions).
 fn radix_sort<T: Copy + Default>(
     items: &mut Vec<T>,
     next: &mut Vec<T>,
     key: impl Fn(T) -> u64,
     span: u32,
+    place: &mut impl FnMut(usize, T),
 ) {
     // Widths, bucket counts and digit counts are constants of each instance: constant
     // shifts, known bounds, unrolled digit loops, and 8-bit tables that stay in L1.
     match span {
-        0..=11 => radix_passes::<T, 11, 2048, 1>(items, next, &key),
-        12..=22 => radix_passes::<T, 11, 2048, 2>(items, next, &key),
-        23..=24 => radix_passes::<T, 8, 256, 3>(items, next, &key),
-        25..=32 => radix_passes::<T, 8, 256, 4>(items, next, &key),
-        _ => radix_passes::<T, 8, 256, 8>(items, next, &key),
+        0..=11 => radix_passes::<T, 11, 2048, 1>(items, next, &key, place),
+        12..=22 => radix_passes::<T, 11, 2048, 2>(items, next, &key, place),
+        23..=24 => radix_passes::<T, 8, 256, 3>(items, next, &key, place),
+        25..=32 => radix_passes::<T, 8, 256, 4>(items, next, &key, place),
+        _ => radix_passes::<T, 8, 256, 8>(items, next, &key, place),
     }
 }
 
@@ -523,6 +535,7 @@ fn radix_passes<
     items: &mut Vec<T>,
     next: &mut Vec<T>,
     key: &impl Fn(T) -> u64,
+    place: &mut impl FnMut(usize, T),
 ) {
     debug_assert_eq!(BUCKETS, 1 << WIDTH);
     let n = items.len();
@@ -543,28 +556,48 @@ fn radix_passes<
         }
     }
     resize_for_overwrite(next, n);
-    let mut start = [0usize; BUCKETS];
     let [even, odd] = &counts;
-    for (d, (even, odd)) in even.iter().zip(odd).enumerate() {
-        let count = |b: usize| (even[b] + odd[b]) as usize;
-        if (0..BUCKETS).any(|b| count(b) == n) {
-            continue; // every key has the same digit here
-        }
+    let count = |d: usize, b: usize| (even[d][b] + odd[d][b]) as usize;
+    // a digit on which every key agrees moves nothing
+    let moves = |d: usize| !(0..BUCKETS).any(|b| count(d, b) == n);
+    let last = (0..DIGITS).rev().find(|&d| moves(d));
+    let mut start = [0usize; BUCKETS];
+    for d in (0..DIGITS).filter(|&d| moves(d)) {
         let mut total = 0;
         for (b, s) in start.iter_mut().enumerate() {
             *s = total;
-            total += count(b);
+            total += count(d, b);
         }
-        let dst = next.as_mut_ptr();
-        for &item in items.iter() {
-            let b = digit(item, d);
-            // SAFETY: bucket b's items go to start[b].. in turn, count(b) of them, and the
-            // buckets' ranges tile 0..n, the length of `next`: every write is in bounds and
-            // none lands twice.
-            unsafe { dst.add(start[b]).write(item) };
-            start[b] += 1;
+        let digit_d = |item: T| digit(item, d);
+        if Some(d) == last {
+            scatter_by_digit(items, next, &mut start, digit_d, place);
+        } else {
+            scatter_by_digit(items, next, &mut start, digit_d, &mut |_, _| {});
         }
         std::mem::swap(items, next);
+    }
+}
+
+/// One pass of [`radix_passes`]: each item of `items` to `next` at its bucket's cursor
+/// (`start`, by `digit`), calling `visit(q, item)` as it writes item at q.
+#[inline(always)]
+fn scatter_by_digit<T: Copy>(
+    items: &[T],
+    next: &mut [T],
+    start: &mut [usize],
+    digit: impl Fn(T) -> usize,
+    visit: &mut impl FnMut(usize, T),
+) {
+    let dst = next.as_mut_ptr();
+    for &item in items {
+        let b = digit(item);
+        let q = start[b];
+        // SAFETY: bucket b's items go to start[b].. in turn, as many as it counted, and the
+        // buckets' ranges tile 0..n, the length of `next`: every write is in bounds and none
+        // lands twice.
+        unsafe { dst.add(q).write(item) };
+        visit(q, item);
+        start[b] = q + 1;
     }
 }
 

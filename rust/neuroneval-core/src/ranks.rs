@@ -90,16 +90,19 @@ pub fn rank_into_with(
         Packing::Counting(bins) => counting_ranks(r, scratch, bins, outputs, midrank_offset),
         Packing::Radix(keys) => ranks_by_sorting(values, r, scratch, keys, outputs, midrank_offset),
         Packing::Short => {
-            sort_descending_into(values, &mut r.order, scratch);
-            let order = r.order.clone();
-            assign_ranks(r, outputs.at_least, midrank_offset, |q| {
-                descending_key(values[order[q] as usize])
-            });
+            let mut order = Vec::with_capacity(values.len());
+            sort_descending_into(values, &mut order, scratch);
+            let key = |q: usize| descending_key(values[order[q] as usize]);
+            assign_ranks(r, order.len(), outputs, midrank_offset, key, |q| order[q]);
         }
     }
 }
 
-/// [`rank_into_with`] by the radix sort of the keys packed in `scratch.packed`.
+/// [`rank_into_with`] by the radix sort of the keys packed in `scratch.packed`. The sort's
+/// last pass writes each input's midrank (and `at_least`) as if its key were unique, from
+/// the position it puts the input at; a walk over the sorted keys then rewrites the tie
+/// groups' members and gives the order outputs when asked. Without ties that walk only
+/// compares neighbours: no second scatter by input.
 fn ranks_by_sorting(
     values: &[f64],
     r: &mut Ranking,
@@ -108,17 +111,106 @@ fn ranks_by_sorting(
     outputs: RankOutputs,
     midrank_offset: f64,
 ) {
-    radix_sort_packed(values, scratch, keys);
-    match scratch.sorted {
+    let n = values.len();
+    resize_outputs(r, n, outputs);
+    let top = (n + 1) as f64 - midrank_offset;
+    {
+        // a unique key at descending position q: the midrank top - (q + 1), group end q + 1
+        let (midrank, at_least) = (&mut r.midrank[..], &mut r.at_least[..]);
+        if outputs.at_least {
+            radix_sort_packed(values, scratch, keys, &mut |q, i| {
+                midrank[i as usize] = top - (q + 1) as f64;
+                at_least[i as usize] = (q + 1) as u32;
+            });
+        } else {
+            radix_sort_packed(values, scratch, keys, &mut |q, i| {
+                midrank[i as usize] = top - (q + 1) as f64;
+            });
+        }
+    }
+    let out = GroupOutputs {
+        midrank: &mut r.midrank,
+        at_least: &mut r.at_least,
+        order: &mut r.order,
+        group_end: &mut r.group_end,
+        top,
+    };
+    r.tie_sum = match scratch.sorted {
         SortedKeys::Packed => {
-            r.order.extend(scratch.packed.iter().map(|&x| x as u32));
-            let packed = &scratch.packed;
-            assign_ranks(r, outputs.at_least, midrank_offset, |q| packed[q] >> 32);
+            let packed = &scratch.packed[..n];
+            fix_tie_groups(out, n, |q| packed[q] >> 32, |q| packed[q] as u32)
         }
         _ => {
-            r.order.extend(scratch.keyed.iter().map(|&(_, i)| i));
-            let keyed = &scratch.keyed;
-            assign_ranks(r, outputs.at_least, midrank_offset, |q| keyed[q].0);
+            let keyed = &scratch.keyed[..n];
+            fix_tie_groups(out, n, |q| keyed[q].0, |q| keyed[q].1)
+        }
+    };
+}
+
+/// After [`ranks_by_sorting`]'s sort: the order and group ends (when asked for, that is when
+/// `out.order` is not empty), and each tie group's members rewritten with the group's
+/// midrank and end; returns the tie sum.
+fn fix_tie_groups(
+    out: GroupOutputs<'_>,
+    n: usize,
+    key: impl Fn(usize) -> u64,
+    index: impl Fn(usize) -> u32,
+) -> u128 {
+    let with_order = !out.order.is_empty();
+    if with_order {
+        for (q, (o, g)) in out
+            .order
+            .iter_mut()
+            .zip(out.group_end.iter_mut())
+            .enumerate()
+        {
+            *o = index(q);
+            *g = q as u32 + 1;
+        }
+    }
+    let mut tie_sum = 0u128;
+    let mut q = 0;
+    while q + 1 < n {
+        let k = key(q);
+        if key(q + 1) != k {
+            q += 1;
+            continue;
+        }
+        let start = q;
+        let mut end = q + 2;
+        while end < n && key(end) == k {
+            end += 1;
+        }
+        let m = out.top - (start + 1 + end) as f64 / 2.0;
+        for p in start..end {
+            let i = index(p) as usize;
+            out.midrank[i] = m;
+            if let Some(a) = out.at_least.get_mut(i) {
+                *a = end as u32;
+            }
+            if with_order {
+                out.group_end[p] = end as u32;
+            }
+        }
+        tie_sum += tie_term(end - start);
+        q = end;
+    }
+    tie_sum
+}
+
+/// Sizes `r`'s outputs for `n` inputs: the midranks always, the others as `outputs` asks
+/// (cleared when not).
+fn resize_outputs(r: &mut Ranking, n: usize, outputs: RankOutputs) {
+    resize_for_overwrite(&mut r.midrank, n);
+    for (asked, v) in [
+        (outputs.at_least, &mut r.at_least),
+        (outputs.order, &mut r.order),
+        (outputs.order, &mut r.group_end),
+    ] {
+        if asked {
+            resize_for_overwrite(v, n);
+        } else {
+            v.clear();
         }
     }
 }
@@ -178,61 +270,88 @@ fn counting_ranks(
     }
 }
 
-/// Midranks (less `midrank_offset`), group sizes, group ends and the tie sum of the ranking
-/// whose order is `r.order` and whose key at position q is `key(q)`: the group ends by one
-/// backward pass over the keys, then each position's midrank from its group's start and end
-/// (one forward pass), written to its input.
+/// The midranks (less `midrank_offset`) and the tie sum of the `n` sorted positions whose
+/// position q holds input `index(q)` with key `key(q)` (equal keys are ties), and what
+/// `outputs` asks for besides: the order and each position's group end, each input's
+/// `at_least`. One pass over the tie groups: a group's end is found by reading on while the
+/// key repeats, then each of its positions is written.
 #[inline(always)]
 fn assign_ranks(
     r: &mut Ranking,
-    with_at_least: bool,
+    n: usize,
+    outputs: RankOutputs,
     midrank_offset: f64,
     key: impl Fn(usize) -> u64,
+    index: impl Fn(usize) -> u32,
 ) {
-    let n = r.order.len();
-    let (order, midrank, at_least, group_end) =
-        (&r.order, &mut r.midrank, &mut r.at_least, &mut r.group_end);
-    resize_for_overwrite(group_end, n);
-    r.tie_sum = 0;
-    if n == 0 {
-        midrank.clear();
-        at_least.clear();
-        return;
-    }
-    // group_end[q]: one past the last position whose key equals key(q)
-    group_end[n - 1] = n as u32;
-    let mut next_key = key(n - 1);
-    for q in (0..n - 1).rev() {
-        let k = key(q);
-        group_end[q] = if k == next_key {
-            group_end[q + 1]
-        } else {
-            q as u32 + 1
-        };
-        next_key = k;
-    }
-    resize_for_overwrite(midrank, n);
-    at_least.clear();
-    if with_at_least {
-        at_least.resize(n, 0);
-    }
-    // descending positions start+1..=end average (start + 1 + end) / 2
-    let top = (n + 1) as f64 - midrank_offset;
-    let mut start = 0u32;
-    // each of a group's t positions adds t^2 - 1, so a group adds its `tie_term` (branch-free)
+    resize_outputs(r, n, outputs);
+    let out = GroupOutputs {
+        midrank: &mut r.midrank,
+        at_least: &mut r.at_least,
+        order: &mut r.order,
+        group_end: &mut r.group_end,
+        top: (n + 1) as f64 - midrank_offset,
+    };
+    // one instance per set of outputs, so the loop tests none of them
+    r.tie_sum = match (outputs.at_least, outputs.order) {
+        (false, false) => rank_groups::<false, false>(out, n, key, index),
+        (true, false) => rank_groups::<true, false>(out, n, key, index),
+        (false, true) => rank_groups::<false, true>(out, n, key, index),
+        (true, true) => rank_groups::<true, true>(out, n, key, index),
+    };
+}
+
+/// Where [`rank_groups`] writes, each as long as the ranking or, when not asked for, empty.
+struct GroupOutputs<'a> {
+    midrank: &'a mut [f64],
+    at_least: &'a mut [u32],
+    order: &'a mut [u32],
+    group_end: &'a mut [u32],
+    /// (n + 1) less the midrank offset: descending positions start+1..=end average
+    /// (start + 1 + end) / 2, so the ascending midrank is top less that.
+    top: f64,
+}
+
+/// [`assign_ranks`]'s pass, writing `at_least` when AT_LEAST and the order and group ends
+/// when ORDER; returns the tie sum.
+#[inline(always)]
+fn rank_groups<const AT_LEAST: bool, const ORDER: bool>(
+    out: GroupOutputs<'_>,
+    n: usize,
+    key: impl Fn(usize) -> u64,
+    index: impl Fn(usize) -> u32,
+) -> u128 {
+    let GroupOutputs {
+        midrank,
+        at_least,
+        order,
+        group_end,
+        top,
+    } = out;
     let mut tie_sum = 0u128;
-    for (q, (&i, &end)) in order.iter().zip(group_end.iter()).enumerate() {
-        if q > 0 && group_end[q - 1] as usize == q {
-            start = q as u32;
+    let mut start = 0;
+    while start < n {
+        let k = key(start);
+        let mut end = start + 1;
+        while end < n && key(end) == k {
+            end += 1;
         }
-        midrank[i as usize] = top - (start + 1 + end) as f64 / 2.0;
-        let t = (end - start) as u64;
-        tie_sum += (t * t - 1) as u128;
-        if with_at_least {
-            at_least[i as usize] = end;
+        let m = top - (start + 1 + end) as f64 / 2.0;
+        for q in start..end {
+            let i = index(q);
+            midrank[i as usize] = m;
+            if AT_LEAST {
+                at_least[i as usize] = end as u32;
+            }
+            if ORDER {
+                order[q] = i;
+                group_end[q] = end as u32;
+            }
         }
+        tie_sum += tie_term(end - start);
+        start = end;
     }
-    r.tie_sum = tie_sum;
+    tie_sum
 }
 
 /// Mann-Whitney ROC AUC with midranks; NaN when all labels agree.
@@ -514,6 +633,82 @@ mod tests {
             pack_keys(&spread, &mut SortScratch::default()),
             Packing::Radix(_)
         ));
+    }
+
+    /// The radix path against a slow ranking by counting, for every set of outputs, into a
+    /// ranking reused from a different vector (stale contents must not survive): float32
+    /// keys with ties, float64 keys with ties, and every value equal (no sort pass runs).
+    #[test]
+    fn radix_ranks_match_a_slow_ranking_for_every_output_set() {
+        let mut state = 5u64;
+        let mut next = move || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let n = 700;
+        let f32_ties: Vec<f64> = (0..n)
+            .map(|_| (((next() * 40.0).floor() - 20.0) * 1.1e7 + next() * 1e-3) as f32 as f64)
+            .collect();
+        let f64_ties: Vec<f64> = (0..n)
+            .map(|_| (next() * 25.0).floor() * 0.1 - 1.0)
+            .collect();
+        let f64_spread: Vec<f64> = (0..n).map(|_| next() - 0.5).collect();
+        let all_equal = vec![0.1; n];
+        for (name, values) in [
+            ("float32 ties", f32_ties),
+            ("float64 ties", f64_ties),
+            ("float64 spread", f64_spread),
+            ("all equal", all_equal),
+        ] {
+            // the slow ranking: a value's ascending midrank is #below + (#equal + 1) / 2
+            let below = |v: f64| values.iter().filter(|&&w| w < v).count();
+            let equal = |v: f64| values.iter().filter(|&&w| w == v).count();
+            let midrank: Vec<f64> = values
+                .iter()
+                .map(|&v| below(v) as f64 + (equal(v) as f64 + 1.0) / 2.0 - 3.0)
+                .collect();
+            let at_least: Vec<u32> = values.iter().map(|&v| (n - below(v)) as u32).collect();
+            let mut order: Vec<u32> = (0..n as u32).collect();
+            order.sort_by(|&i, &j| values[j as usize].total_cmp(&values[i as usize]));
+            let group_end: Vec<u32> = order.iter().map(|&i| at_least[i as usize]).collect();
+            for (with_order, with_at_least) in
+                [(false, false), (true, false), (false, true), (true, true)]
+            {
+                let outputs = RankOutputs {
+                    order: with_order,
+                    at_least: with_at_least,
+                };
+                let mut scratch = SortScratch::default();
+                // stale contents: a ranking of other values, with every output
+                let mut r = Ranking::default();
+                let other: Vec<f64> = (0..n).map(|i| (i * 7 % 13) as f64).collect();
+                rank_into_with(&other, &mut r, &mut scratch, RankOutputs::ALL, 0.0);
+                let Packing::Radix(keys) = pack_keys(&values, &mut scratch) else {
+                    panic!("{name}: not on the radix path");
+                };
+                ranks_by_sorting(&values, &mut r, &mut scratch, keys, outputs, 3.0);
+                let case = format!("{name}, {outputs:?}");
+                assert_eq!(r.midrank, midrank, "{case}");
+                assert_eq!(r.at_least.is_empty(), !with_at_least, "{case}");
+                if with_at_least {
+                    assert_eq!(r.at_least, at_least, "{case}");
+                }
+                assert_eq!(r.order.is_empty(), !with_order, "{case}");
+                if with_order {
+                    assert_eq!(r.order, order, "{case}");
+                    assert_eq!(r.group_end, group_end, "{case}");
+                }
+                let mut sorted = values.clone();
+                sorted.sort_by(f64::total_cmp);
+                let tie_sum: u128 = sorted
+                    .chunk_by(|a, b| a == b)
+                    .map(|g| tie_term(g.len()))
+                    .sum();
+                assert_eq!(r.tie_sum, tie_sum, "{case}");
+            }
+        }
     }
 
     #[test]

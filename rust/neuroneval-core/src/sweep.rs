@@ -652,7 +652,14 @@ mod tests {
         let needs = Needs::of(&[Metric::InverseAuprc]);
         let view = MatrixView::row_major(&c, n, t).unwrap();
         let set = ConceptSet::build(&view, None, &needs, true).unwrap();
-        let unit = UnitProfile::build(&a, 0, &needs, &Params::default());
+        // the ranking with its order, as a matrix call's walk asks for it
+        let mut unit = UnitProfile::default();
+        let spec = TransformSpec {
+            needs: &needs,
+            params: &Params::default(),
+            ranks: RankOutputs::ALL,
+        };
+        unit.rebuild(&a, 0, spec, &mut SortScratch::default());
         let labels = &set.labels;
         let in_place = ap_walk(
             |q| {
