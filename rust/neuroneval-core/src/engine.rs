@@ -192,14 +192,18 @@ fn score_checked(
         concepts.len(),
         concepts.n_inputs,
     );
+    // the midranks serve the rank sums and the rank products only
+    let midrank = needs.inverse_sums || needs.rank_products;
     let ranks = match layout {
         InverseLayout::ByConcept => RankOutputs {
             order: false,
             at_least: needs.inverse_ap,
+            midrank,
         },
         InverseLayout::Walk => RankOutputs {
             order: needs.inverse_ap,
             at_least: false,
+            midrank,
         },
     };
     let job = Job {

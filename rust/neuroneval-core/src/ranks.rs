@@ -49,21 +49,24 @@ pub fn rank_into(values: &[f64], r: &mut Ranking, scratch: &mut SortScratch) {
     rank_into_with(values, r, scratch, RankOutputs::ALL, 0.0);
 }
 
-/// Which of a [`Ranking`]'s per-element outputs a caller reads, besides the midranks and the
-/// tie sum (always there). An output not asked for may be there anyway (the radix path has
-/// the order whatever is asked), or empty.
+/// Which of a [`Ranking`]'s per-element outputs a caller reads, besides the tie sum (always
+/// there). An output not asked for may be there anyway (counting ranks and short vectors
+/// write the midranks whatever is asked), or empty.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RankOutputs {
     /// `order` and `group_end`, for walks down the ranking.
     pub order: bool,
     /// `at_least`, by element.
     pub at_least: bool,
+    /// `midrank`, by element (a walk down the order alone does not read them).
+    pub midrank: bool,
 }
 
 impl RankOutputs {
     pub const ALL: RankOutputs = RankOutputs {
         order: true,
         at_least: true,
+        midrank: true,
     };
 }
 
@@ -112,20 +115,23 @@ fn ranks_by_sorting(
     midrank_offset: f64,
 ) {
     let n = values.len();
-    resize_outputs(r, n, outputs);
+    resize_outputs(r, n, outputs, false);
     let top = (n + 1) as f64 - midrank_offset;
     {
         // a unique key at descending position q: the midrank top - (q + 1), group end q + 1
         let (midrank, at_least) = (&mut r.midrank[..], &mut r.at_least[..]);
-        if outputs.at_least {
-            radix_sort_packed(values, scratch, keys, &mut |q, i| {
+        match (outputs.midrank, outputs.at_least) {
+            (true, true) => radix_sort_packed(values, scratch, keys, &mut |q, i| {
                 midrank[i as usize] = top - (q + 1) as f64;
                 at_least[i as usize] = (q + 1) as u32;
-            });
-        } else {
-            radix_sort_packed(values, scratch, keys, &mut |q, i| {
+            }),
+            (true, false) => radix_sort_packed(values, scratch, keys, &mut |q, i| {
                 midrank[i as usize] = top - (q + 1) as f64;
-            });
+            }),
+            (false, true) => radix_sort_packed(values, scratch, keys, &mut |q, i| {
+                at_least[i as usize] = (q + 1) as u32;
+            }),
+            (false, false) => radix_sort_packed(values, scratch, keys, &mut |_, _| {}),
         }
     }
     let out = GroupOutputs {
@@ -184,7 +190,9 @@ fn fix_tie_groups(
         let m = out.top - (start + 1 + end) as f64 / 2.0;
         for p in start..end {
             let i = index(p) as usize;
-            out.midrank[i] = m;
+            if let Some(r) = out.midrank.get_mut(i) {
+                *r = m;
+            }
             if let Some(a) = out.at_least.get_mut(i) {
                 *a = end as u32;
             }
@@ -198,10 +206,14 @@ fn fix_tie_groups(
     tie_sum
 }
 
-/// Sizes `r`'s outputs for `n` inputs: the midranks always, the others as `outputs` asks
-/// (cleared when not).
-fn resize_outputs(r: &mut Ranking, n: usize, outputs: RankOutputs) {
-    resize_for_overwrite(&mut r.midrank, n);
+/// Sizes `r`'s outputs for `n` inputs as `outputs` asks (cleared when not); the midranks
+/// always when `always_midranks`.
+fn resize_outputs(r: &mut Ranking, n: usize, outputs: RankOutputs, always_midranks: bool) {
+    if outputs.midrank || always_midranks {
+        resize_for_overwrite(&mut r.midrank, n);
+    } else {
+        r.midrank.clear();
+    }
     for (asked, v) in [
         (outputs.at_least, &mut r.at_least),
         (outputs.order, &mut r.order),
@@ -284,7 +296,7 @@ fn assign_ranks(
     key: impl Fn(usize) -> u64,
     index: impl Fn(usize) -> u32,
 ) {
-    resize_outputs(r, n, outputs);
+    resize_outputs(r, n, outputs, true);
     let out = GroupOutputs {
         midrank: &mut r.midrank,
         at_least: &mut r.at_least,
@@ -301,7 +313,8 @@ fn assign_ranks(
     };
 }
 
-/// Where [`rank_groups`] writes, each as long as the ranking or, when not asked for, empty.
+/// Where [`rank_groups`] and [`fix_tie_groups`] write, each as long as the ranking or, when
+/// not asked for, empty ([`rank_groups`] always writes the midranks).
 struct GroupOutputs<'a> {
     midrank: &'a mut [f64],
     at_least: &'a mut [u32],
@@ -619,6 +632,7 @@ mod tests {
                 let outputs = RankOutputs {
                     order: false,
                     at_least: false,
+                    midrank: true,
                 };
                 rank_into_with(&values, &mut bare, &mut scratch, outputs, offset);
                 assert_eq!(bits(&bare.midrank), bits(&sorted.midrank), "{name}");
@@ -635,7 +649,7 @@ mod tests {
         ));
     }
 
-    /// The radix path against a slow ranking by counting, for every set of outputs, into a
+    /// The radix path against a slow ranking by counting, for each of the 8 sets of outputs, into a
     /// ranking reused from a different vector (stale contents must not survive): float32
     /// keys with ties, float64 keys with ties, and every value equal (no sort pass runs).
     #[test]
@@ -673,12 +687,13 @@ mod tests {
             let mut order: Vec<u32> = (0..n as u32).collect();
             order.sort_by(|&i, &j| values[j as usize].total_cmp(&values[i as usize]));
             let group_end: Vec<u32> = order.iter().map(|&i| at_least[i as usize]).collect();
-            for (with_order, with_at_least) in
-                [(false, false), (true, false), (false, true), (true, true)]
-            {
+            for asked in 0..8 {
+                let (with_order, with_at_least, with_midrank) =
+                    (asked & 1 != 0, asked & 2 != 0, asked & 4 != 0);
                 let outputs = RankOutputs {
                     order: with_order,
                     at_least: with_at_least,
+                    midrank: with_midrank,
                 };
                 let mut scratch = SortScratch::default();
                 // stale contents: a ranking of other values, with every output
@@ -690,7 +705,10 @@ mod tests {
                 };
                 ranks_by_sorting(&values, &mut r, &mut scratch, keys, outputs, 3.0);
                 let case = format!("{name}, {outputs:?}");
-                assert_eq!(r.midrank, midrank, "{case}");
+                assert_eq!(r.midrank.is_empty(), !with_midrank, "{case}");
+                if with_midrank {
+                    assert_eq!(r.midrank, midrank, "{case}");
+                }
                 assert_eq!(r.at_least.is_empty(), !with_at_least, "{case}");
                 if with_at_least {
                     assert_eq!(r.at_least, at_least, "{case}");

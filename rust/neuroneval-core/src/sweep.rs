@@ -88,12 +88,11 @@ pub fn inverse(
                     prefetch(labels.ptr.as_ptr().wrapping_add(far as usize));
                 }
                 if let Some(&ahead) = order.get(q + PREFETCH_DISTANCE) {
-                    prefetch(
-                        labels
-                            .concept
-                            .as_ptr()
-                            .wrapping_add(labels.ptr[ahead as usize]),
-                    );
+                    // the list's first and last label: a list may straddle two lines
+                    let (s, e) = (labels.ptr[ahead as usize], labels.ptr[ahead as usize + 1]);
+                    let concept = labels.concept.as_ptr();
+                    prefetch(concept.wrapping_add(s));
+                    prefetch(concept.wrapping_add(e.saturating_sub(1)));
                 }
             };
             ap_walk(
@@ -226,6 +225,8 @@ fn ap_walk<'l>(
     set: &ConceptSet,
 ) -> Vec<f64> {
     let mut state = vec![ApState::default(); set.len()];
+    // each concept's positives in the current tie group (read only when groups tie)
+    let mut in_group = vec![0u32; set.len()];
     let m = group_end.len();
     // walk positions after the zero group sit `offset` places earlier than in all inputs
     let mut offset = 0;
@@ -256,24 +257,26 @@ fn ap_walk<'l>(
         if end == start + 1 {
             // The common case: cnt = 1, so one pass adds 1 * TP / end per concept.
             for &c in labels_at(start) {
-                let s = &mut state[c as usize];
+                debug_assert!((c as usize) < state.len());
+                // SAFETY: a label's concept is below the set's length (`LabelIndex`), the
+                // length of `state`.
+                let s = unsafe { state.get_unchecked_mut(c as usize) };
                 s.tp += 1.0;
                 s.ap += 1.0 * s.tp * weight;
             }
         } else {
             for q in start..end {
                 for &c in labels_at(q) {
-                    let s = &mut state[c as usize];
-                    s.tp += 1.0;
-                    s.in_group += 1;
+                    state[c as usize].tp += 1.0;
+                    in_group[c as usize] += 1;
                 }
             }
             for q in start..end {
                 for &c in labels_at(q) {
-                    let s = &mut state[c as usize];
-                    if s.in_group > 0 {
-                        s.ap += s.in_group as f64 * s.tp * weight;
-                        s.in_group = 0;
+                    let (s, k) = (&mut state[c as usize], &mut in_group[c as usize]);
+                    if *k > 0 {
+                        s.ap += *k as f64 * s.tp * weight;
+                        *k = 0;
                     }
                 }
             }
@@ -287,13 +290,14 @@ fn ap_walk<'l>(
         .collect()
 }
 
-/// A concept's running sums in the AP walk.
+/// A concept's running sums in the AP walk: 16 bytes, aligned so that none straddles two
+/// cache lines.
 #[derive(Clone, Copy, Default)]
+#[repr(align(16))]
 struct ApState {
     ap: f64,
     /// (a count, held as a float: exact below 2^53, and no conversion per label)
     tp: f64,
-    in_group: u32,
 }
 
 /// Inputs whose values the product sweep copies into one row-major tile at a time: with a
@@ -744,6 +748,7 @@ mod tests {
             let bare = RankOutputs {
                 order: false,
                 at_least: false,
+                midrank: true,
             };
             for (name, ranks) in [("sparse", RankOutputs::ALL), ("sparse unordered", bare)] {
                 let mut p = UnitProfile::default();

@@ -9,10 +9,12 @@ use crate::radix::SortScratch;
 use crate::ranks::{centred_rank_norm, rank, rank_into_with, tie_term, RankOutputs, Ranking};
 use crate::rng::SplitMix64;
 
-/// The ranking outputs the pair kernel reads: each input's group end (`at_least`).
+/// The ranking outputs the pair kernel reads: each input's midrank and group end
+/// (`at_least`).
 pub const PAIR_KERNEL_RANKS: RankOutputs = RankOutputs {
     order: false,
     at_least: true,
+    midrank: true,
 };
 
 /// What a call asks of every unit's transform: the sums its metrics need, their parameters,
@@ -585,6 +587,7 @@ fn sparse_ranks_unordered(sp: &mut SparseEntries, n: usize, scratch: &mut SortSc
     let outputs = RankOutputs {
         order: false,
         at_least: true,
+        midrank: true,
     };
     rank_into_with(&sp.values, &mut ranking, scratch, outputs, 0.0);
     let mid = (n as f64 + 1.0) / 2.0;
