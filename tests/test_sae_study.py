@@ -62,6 +62,12 @@ def test_explainers_on_planted_units() -> None:
     pets = np.array([w in ("dog", "cat") for w in words], dtype=float)
     maxima = np.column_stack([pets + 0.1 * rng.random(len(words)), rng.random(len(words))])
     assert sae_study.lexicon_explanations(maxima, sentences)[0] == "pet"
+    # a sparse unit, 0 on 97.5% of the inputs: its top set is where it fires, not every input
+    # tied at 0 (which would name the commonest category)
+    words = ["dog"] * 10 + ["cat"] * 10 + ["car", "bus", "train", "ship"] * 195
+    sentences = [f"The {w} was seen near the old bank today." for w in words]
+    sparse = np.array([w in ("dog", "cat") for w in words], dtype=float)[:, None]
+    assert sae_study.lexicon_explanations(sparse, sentences)[0] == "pet"
 
 
 def test_a_tiny_run_writes_every_table(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:

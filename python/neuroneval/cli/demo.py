@@ -11,7 +11,7 @@ from typing import Any
 
 from neuroneval.options import SCORE_OPTIONS
 
-from .common import output_dir
+from .common import Needs, output_dir
 
 
 def add(commands: Any) -> None:
@@ -24,8 +24,10 @@ def add(commands: Any) -> None:
             "over gensim's Lee news corpus with lexicon concepts (needs the text extra). With --label: judges "
             "that turn explanation texts into concept labels, their quality against lexicon labels, and the "
             "crowd study with an LLM judge as the rater (needs the label extra). With --sae: SAE latents against "
-            "MiniLM's FFN neurons on Wikipedia sentences, three explainers ranked with intervals (the label extra)."
+            "MiniLM's FFN neurons on Wikipedia sentences, three explainers ranked with intervals (the label extra); "
+            "with --sae --model smollm2: the same question on SmolLM2-135M-Instruct's MLP neurons, per token."
         ),
+        rules=(Needs(("--model",), ("--sae",), "--model is the SAE study's model: it goes with --sae"),),
     )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--text", action="store_true", help="the MiniLM text demo instead of the digits CNN")
@@ -38,6 +40,12 @@ def add(commands: Any) -> None:
         "--sae",
         action="store_true",
         help="the SAE study: a TopK SAE trained on MiniLM, its latents against the FFN neurons, explainers compared",
+    )
+    p.add_argument(
+        "--model",
+        choices=("minilm", "smollm2"),
+        default=None,
+        help="with --sae: the model of the study: MiniLM per sentence (default), or SmolLM2-135M-Instruct per token",
     )
     p.add_argument(
         "--out",
@@ -53,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
     argv = ["--seed", str(SCORE_OPTIONS.resolve(seed=args.seed)["seed"])]
     if args.out is not None:
         argv += ["--out", str(args.out)]
+    if args.sae and args.model == "smollm2":
+        from neuroneval.experiments import sae_study_smollm2
+
+        return sae_study_smollm2.main(argv)
     if args.sae:
         from neuroneval.experiments import sae_study
 

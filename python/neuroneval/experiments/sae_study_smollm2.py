@@ -1,0 +1,426 @@
+"""The SAE study on a causal language model, per token: SmolLM2-135M-Instruct's MLP neurons
+against a TopK SAE of the same width trained on the MLP's input (``neuroneval demo --sae
+--model smollm2``).
+
+The MiniLM study (`sae_study`) asks the question at the sentence level; the NeurIPS 2025 seed
+asks it of a causal LM's feed-forward "key-value memories", per token. Here:
+
+1. **Corpus**: gensim's shortened Wikipedia dump (`sae_study.wiki_sentences`), three disjoint
+   sets of sentences: SAE training, explaining, probing. Every token but each sentence's first
+   is a row (the first position of a causal LM is an attention sink, whose activations are
+   outliers of another kind than the text's).
+2. **Units** at layer `layer` (of 30): *neurons* are the MLP's 1,536 hidden units (the input of
+   ``down_proj``: SiLU(gate) x up); *latents* are a TopK SAE with as many latents trained here
+   on the MLP's input (``post_attention_layernorm``, 576 wide), saved in SAELens's layout and
+   read back with `neuroneval.interop.read_saelens`. Both come from one `neuroneval.torch.extract`
+   pass (the SAE through its ``sae=`` argument).
+3. **Tokens and their context**: the LLM explainer reads each of a unit's top tokens in a
+   window of `context` tokens on each side, the token marked (``the old «bank» of the
+   river``); the judge (MiniLM, a sentence judge, which embeds all the text it is given) and
+   the lexicon explainer read the token alone (`judge_context` 0). That is measured, not
+   chosen: judging empath category names against each token's own category membership,
+   MiniLM's mean AUC is 0.899 on the token alone, 0.783 with one neighbour on each side,
+   0.729 with three and 0.703 with six (9,522 tokens of the corpus's last 400 sentences,
+   which no study size uses, 53 categories; ``python -m
+   neuroneval.experiments.sae_study_smollm2 --judge-check``).
+4. **Explainers**: ``lexicon`` (the empath category whose presence in the token best matches
+   the unit's top 5% tokens, IoU), ``top-tokens`` (the three tokens most often among the unit's
+   `top_tokens` highest), ``smollm2`` (SmolLM2 itself asked what the marked words of its top
+   `top_llm` windows have in common). Then `sae_study.judge_and_compare`: explainers ranked
+   with paired intervals within each population, latents against neurons with unpaired ones.
+
+Writes ``DIR/sae_study_smollm2/`` with the files of the MiniLM study (``explanations.csv``,
+``neurons/``, ``latents/``, ``populations.csv``, ``summary.json``, the SAE, and per population
+the probing activations, concepts and explanations that ``neuroneval compare`` reads). The
+probing activations hold the drawn units only, so their explanations name a unit by its column
+there; ``explanations.csv`` gives both (``unit``: the model's neuron or SAE latent, ``column``).
+
+Examples
+--------
+>>> from neuroneval.experiments.sae_study_smollm2 import SMALL
+>>> SMALL.layer
+15
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from .sae_study import judge_and_compare, lexicon_explanations, llm_explanations, wiki_sentences
+
+__all__ = [
+    "EXPLAINERS",
+    "FULL",
+    "SMALL",
+    "TokenStudySize",
+    "expose_neurons",
+    "judge_context_check",
+    "main",
+    "marked_windows",
+    "run",
+]
+
+
+@dataclass(frozen=True)
+class TokenStudySize:
+    """The sizes of every set of the study (sentences; their tokens are the rows)."""
+
+    name: str
+    train_sentences: int  # SAE training
+    explain_sentences: int  # explanations are written from these tokens
+    probe_sentences: int  # explanations are judged and scored on these tokens
+    n_units: int  # per population (neurons, latents), drawn among the live ones
+    layer: int = 15
+    k: int = 32  # TopK
+    epochs: int = 8
+    batch_size: int = 2048
+    context: int = 6  # tokens on each side of a token that the LLM explainer reads
+    judge_context: int = 0  # tokens on each side of a token that the judge and the lexicon read
+    seed: int = 0
+    top_llm: int = 8  # windows shown to the LLM explainer
+    top_tokens: int = 20  # highest tokens the top-tokens explainer counts
+    n_boot: int = 1000
+
+
+FULL = TokenStudySize("full", train_sentences=3_000, explain_sentences=1_500, probe_sentences=1_000, n_units=100)
+SMALL = TokenStudySize("small", train_sentences=200, explain_sentences=100, probe_sentences=80, n_units=6, epochs=2)
+EXPLAINERS = ("lexicon", "top-tokens", "smollm2")
+LLM_SYSTEM = "You name what the marked words have in common, in two to four words."
+LLM_QUESTION = "In two to four words, what do the words in « » have in common?"
+LLM_SHOTS = (
+    (("the big «dog» barked", "her «cat» slept on", "rode a «horse» into"), "animals"),
+    (("he paid «ten» dollars", "about «forty» people came", "in «1990» the"), "numbers"),
+)
+
+
+def llm_messages(windows: Sequence[str]) -> list[dict[str, str]]:
+    """The chat of the LLM explainer: the system turn, two worked examples, the unit's windows."""
+
+    def ask(examples: Sequence[str]) -> str:
+        return "Examples:\n" + "\n".join(f"{i + 1}. {w}" for i, w in enumerate(examples)) + "\n" + LLM_QUESTION
+
+    chat = [{"role": "system", "content": LLM_SYSTEM}]
+    for examples, answer in LLM_SHOTS:
+        chat += [{"role": "user", "content": ask(examples)}, {"role": "assistant", "content": answer}]
+    return [*chat, {"role": "user", "content": ask(windows)}]
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+def expose_neurons(model: Any, layer: int) -> str:
+    """Puts an identity module in front of layer `layer`'s ``down_proj``, so that the MLP's
+    neurons (the projection's input) are a module's output, which `extract` stores; returns
+    that module's name. The forward pass is unchanged."""
+    from collections import OrderedDict
+
+    import torch
+
+    mlp = model.model.layers[layer].mlp
+    if not isinstance(mlp.down_proj, torch.nn.Sequential):
+        mlp.down_proj = torch.nn.Sequential(OrderedDict(neurons=torch.nn.Identity(), down=mlp.down_proj))
+    return f"model.layers.{layer}.mlp.down_proj.neurons"
+
+
+@contextlib.contextmanager
+def _body_through(model: Any, layer: int) -> Iterator[Any]:
+    """The model's decoder body cut after layer `layer` (restored on exit): the activations at
+    that layer do not depend on the layers above it or on the head, which would cost about
+    twice as much again (the head alone is 49,152 x 576 per token)."""
+    body = model.model
+    full = body.layers
+    body.layers = full[: layer + 1]
+    try:
+        yield body
+    finally:
+        body.layers = full
+
+
+def _token_ids(tokenizer: Any, sentences: Sequence[str]) -> list[list[int]]:
+    return [list(tokenizer(s, truncation=True, max_length=64)["input_ids"]) for s in sentences]
+
+
+def _batches(ids: list[list[int]], pad: int, batch_size: int = 32) -> list[dict[str, Any]]:
+    """Right-padded batches of `ids` with their attention masks (a list: `extract` may read it twice)."""
+    import torch
+
+    out = []
+    for start in range(0, len(ids), batch_size):
+        chunk = ids[start : start + batch_size]
+        width = max(len(x) for x in chunk)
+        input_ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        for row, x in enumerate(chunk):
+            input_ids[row, : len(x)] = torch.tensor(x)
+            mask[row, : len(x)] = 1
+        out.append({"input_ids": input_ids, "attention_mask": mask})
+    return out
+
+
+def marked_windows(
+    ids: list[list[int]], documents: np.ndarray, positions: np.ndarray, decode: Any, context: int
+) -> list[str]:
+    """Each row's token in its context: `context` tokens before and after, the token in « »
+    (its leading space, if any, kept outside the marks); with `context` 0, the token alone,
+    unmarked."""
+    out = []
+    for d, p in zip(documents.tolist(), positions.tolist(), strict=True):
+        seq = ids[d]
+        token = decode(seq[p : p + 1])
+        if context == 0:
+            out.append(token.strip())
+            continue
+        lead = " " if token.startswith(" ") else ""
+        before, after = decode(seq[max(0, p - context) : p]), decode(seq[p + 1 : p + 1 + context])
+        out.append(f"{before}{lead}«{token.strip()}»{after}".strip())
+    return out
+
+
+def top_token_explanations(acts: np.ndarray, tokens: Sequence[str], top: int) -> list[str]:
+    """Per unit (column of `acts`): the three tokens most often among its `top` highest rows."""
+    out = []
+    for u in range(acts.shape[1]):
+        best = np.argsort(-acts[:, u], kind="stable")[:top]
+        counts = Counter(t for t in (tokens[i].strip() for i in best) if t)
+        words = [w for w, _ in counts.most_common(3)] or ["punctuation"]
+        out.append("words like " + ", ".join(words))
+    return out
+
+
+# --------------------------------------------------------------------------- the study
+
+
+def _split(size: TokenStudySize) -> tuple[list[str], list[str], list[str], int]:
+    total = size.train_sentences + size.explain_sentences + size.probe_sentences
+    sentences = wiki_sentences(total)
+    if len(sentences) < total:
+        raise ValueError(f"the corpus has {len(sentences)} sentences; the {size.name} study needs {total}")
+    order = np.random.default_rng(size.seed).permutation(total)
+    cut = (size.train_sentences, size.train_sentences + size.explain_sentences)
+    train = [sentences[i] for i in order[: cut[0]]]
+    explain = [sentences[i] for i in order[cut[0] : cut[1]]]
+    probe = [sentences[i] for i in order[cut[1] :]]
+    return train, explain, probe, len(sentences)
+
+
+def _rows(store: Any, layer: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows of every token but each sentence's first: (row indices, documents, positions)."""
+    ids = np.asarray(store[layer].rows)
+    documents, positions = ids["document"].astype(np.int64), ids["position"].astype(np.int64)
+    kept = np.flatnonzero(positions > 0)
+    return kept, documents[kept], positions[kept]
+
+
+def _dense(store: Any, layer: str, kept: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(store[layer].source.dense(), dtype=np.float32)[kept])
+
+
+def run(
+    out: Path, size: TokenStudySize = FULL, log: Any = print, loaded: tuple[Any, Any] | None = None
+) -> dict[str, Any]:
+    """Run the whole study and write ``out``; returns the summary (also ``summary.json``).
+    `loaded` lends SmolLM2 as `load_smollm2` returns it (tokenizer, model); default: loaded here."""
+    import torch
+
+    from neuroneval.interop import read_saelens, write_saelens
+    from neuroneval.torch import extract, train_topk_sae
+    from neuroneval.torch.circuits.track import load_smollm2
+
+    torch.manual_seed(size.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    train, explain, probe, corpus = _split(size)
+    tokenizer, model = loaded or load_smollm2()
+    # names within the decoder body, which `_body_through` runs in place of the whole model
+    neurons = expose_neurons(model, size.layer).removeprefix("model.")
+    mlp_in = f"layers.{size.layer}.post_attention_layernorm"
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ids = {
+        name: _token_ids(tokenizer, texts) for name, texts in (("train", train), ("explain", explain), ("probe", probe))
+    }
+
+    with _body_through(model, size.layer) as body:
+        store = extract(
+            body, _batches(ids["train"], pad), [mlp_in], out / "store-train",
+            reduce="tokens", dtype="float32", progress=False,
+        )  # fmt: skip
+    kept, _, _ = _rows(store, mlp_in)
+    x = _dense(store, mlp_in, kept)
+    log(f"SAE training: {x.shape[0]:,} tokens x {x.shape[1]} of {mlp_in} ({time.perf_counter() - t0:.0f} s)")
+    sae = train_topk_sae(
+        x,
+        d_sae=model.config.intermediate_size,
+        k=size.k,
+        epochs=size.epochs,
+        batch_size=size.batch_size,
+        seed=size.seed,
+    )
+    write_saelens(sae, out / "sae")
+    sae = read_saelens(out / "sae")
+    sample = x[:4096]
+    recon = sae.encode(sample) @ sae.W_dec + sae.b_dec
+    fvu = float(((recon - sample) ** 2).sum() / ((sample - sample.mean(axis=0)) ** 2).sum())
+    log(f"  TopK SAE: {sae.d_sae} latents, k = {sae.k}; fraction of variance unexplained {fvu:.3f}")
+
+    per_set: dict[str, dict[str, Any]] = {}
+    decode = tokenizer.decode
+    for name in ("explain", "probe"):
+        with _body_through(model, size.layer) as body:
+            s = extract(
+                body, _batches(ids[name], pad), [mlp_in, neurons], out / f"store-{name}",
+                reduce="tokens", dtype="float32", sae={mlp_in: sae}, progress=False,
+            )  # fmt: skip
+        kept, documents, positions = _rows(s, neurons)
+        per_set[name] = {
+            "neurons": _dense(s, neurons, kept),
+            "latents": _dense(s, mlp_in, kept),
+            "windows": marked_windows(ids[name], documents, positions, decode, size.context),
+            "judged": marked_windows(ids[name], documents, positions, decode, size.judge_context),
+            "tokens": [
+                decode(ids[name][d][p : p + 1]) for d, p in zip(documents.tolist(), positions.tolist(), strict=True)
+            ],
+        }
+    n_explain, n_probe = len(per_set["explain"]["windows"]), len(per_set["probe"]["windows"])
+    log(f"tokens: {x.shape[0]:,} train, {n_explain:,} explain, {n_probe:,} probe ({time.perf_counter() - t0:.0f} s)")
+
+    rng = np.random.default_rng([size.seed, 1])
+    chosen: dict[str, np.ndarray] = {}
+    for population in ("neurons", "latents"):
+        e, p = per_set["explain"][population], per_set["probe"][population]
+        # live: varies on both sets and is positive on at least 1% of the explaining tokens
+        live = np.flatnonzero((e.std(axis=0) > 0) & (p.std(axis=0) > 0) & ((e > 0).mean(axis=0) >= 0.01))
+        chosen[population] = np.sort(rng.choice(live, size=min(size.n_units, len(live)), replace=False))
+        log(f"{population}: {len(live)} live of {e.shape[1]}, {len(chosen[population])} drawn")
+
+    rows: list[dict[str, Any]] = []
+    ex = per_set["explain"]
+    for population in ("neurons", "latents"):
+        acts = ex[population][:, chosen[population]]
+        written = {
+            "lexicon": lexicon_explanations(acts, ex["judged"]),
+            "top-tokens": top_token_explanations(acts, ex["tokens"], size.top_tokens),
+        }
+        log(f"  {population}: explaining with smollm2 ...")
+        written["smollm2"] = llm_explanations(
+            acts, ex["windows"], size.top_llm, log, messages=llm_messages, model_and_tokenizer=(model, tokenizer)
+        )
+        for explainer in EXPLAINERS:
+            for j, unit in enumerate(chosen[population]):
+                rows.append(
+                    {
+                        "population": population,
+                        "unit": int(unit),
+                        "column": j,
+                        "explainer": explainer,
+                        "explanation": written[explainer][j],
+                    }
+                )
+    # (the probing files hold the drawn units only: their columns, not all 1,536, at ~10^4 tokens)
+    explanations = pl.DataFrame(rows)
+    explanations.write_csv(out / "explanations.csv")
+    by_column = explanations.drop("unit").rename({"column": "unit"})
+
+    summary: dict[str, Any] = {
+        "size": asdict(size),
+        "fvu": fvu,
+        "corpus_sentences": corpus,
+        "tokens": {"train": int(x.shape[0]), "explain": n_explain, "probe": n_probe},
+    }
+    activations = {population: per_set["probe"][population][:, chosen[population]] for population in chosen}
+    summary["populations"] = judge_and_compare(
+        out,
+        by_column,
+        per_set["probe"]["judged"],
+        activations,
+        EXPLAINERS,
+        n_boot=size.n_boot,
+        seed=size.seed,
+        log=log,
+    )
+    summary["seconds"] = time.perf_counter() - t0
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def judge_context_check(
+    sentences: int = 400, contexts: Sequence[int] = (0, 1, 3, 6), log: Any = print, tokenizer: Any = None
+) -> dict[int, float]:
+    """How well the study's judge labels a token when shown `context` tokens on each side:
+    MiniLM's labels of empath category names against each token's own category membership
+    (a category kept when at least 15 tokens hold it), as the mean ROC AUC over categories,
+    on the tokens (but the first) of the corpus's last `sentences` sentences, which no study
+    size uses. Returns {context: mean AUC}. `tokenizer`: SmolLM2's (default: loaded here)."""
+    from sklearn.metrics import roc_auc_score
+
+    from neuroneval.label import label, minilm
+    from neuroneval.torch.circuits.track import load_smollm2
+
+    from .text import lexicon_concepts
+
+    tokenizer = tokenizer or load_smollm2()[0]
+    ids = _token_ids(tokenizer, wiki_sentences()[-sentences:])
+    documents = np.array([d for d, x in enumerate(ids) for _ in range(1, len(x))], dtype=np.int64)
+    positions = np.array([p for x in ids for p in range(1, len(x))], dtype=np.int64)
+    tokens = [
+        tokenizer.decode(ids[d][p : p + 1]).strip() for d, p in zip(documents.tolist(), positions.tolist(), strict=True)
+    ]
+    names, truth = lexicon_concepts(tokens, min_count=15)
+    kept = [i for i, n in enumerate(names) if n.startswith("empath: ")]
+    table = pl.DataFrame(
+        {
+            "concept": [str(i) for i in range(len(kept))],
+            "explanation": [names[i].removeprefix("empath: ").replace("_", " ") for i in kept],
+        }
+    )
+    judge, out = minilm(), {}
+    log(f"{len(tokens):,} tokens, {len(kept)} empath categories")
+    for context in contexts:
+        texts = marked_windows(ids, documents, positions, tokenizer.decode, context)
+        probabilities = label(judge, texts, table).probabilities
+        aucs = [roc_auc_score(truth[:, i] >= 0.5, probabilities[:, j]) for j, i in enumerate(kept)]
+        out[context] = float(np.mean(aucs))
+        log(f"context {context}: mean AUC {out[context]:.3f} (median {np.median(aucs):.3f}), e.g. {texts[5]!r}")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="neuroneval demo --sae --model smollm2", description=(__doc__ or "").split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("demo-sae-out"), help="output directory (default: demo-sae-out)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of everything (default: 0)")
+    parser.add_argument("--small", action="store_true", help="the small size (a smoke run)")
+    parser.add_argument("--units", type=int, help="units per population")
+    parser.add_argument(
+        "--judge-check", action="store_true", help="only measure the judge's AUC against the context it is shown"
+    )
+    args = parser.parse_args(argv)
+    if args.judge_check:
+        judge_context_check(log=functools.partial(print, flush=True))
+        return 0
+    size = replace(SMALL if args.small else FULL, seed=args.seed)
+    if args.units:
+        size = replace(size, n_units=args.units)
+    run(
+        args.out / "sae_study_smollm2", size, log=functools.partial(print, flush=True)
+    )  # progress as it happens, also into a file
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
