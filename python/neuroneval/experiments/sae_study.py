@@ -301,7 +301,6 @@ def run(out: Path, size: StudySize = FULL, log: Any = print) -> dict[str, Any]:
     """Run the whole study and write ``out``; returns the summary (also ``summary.json``)."""
     import torch
 
-    from neuroneval.interop import read_saelens, write_saelens
     from neuroneval.torch import extract
 
     from .text import load_minilm
@@ -335,21 +334,7 @@ def run(out: Path, size: StudySize = FULL, log: Any = print) -> dict[str, Any]:
     )
     x = np.asarray(store[ffn_in].source.dense(), dtype=np.float32)
     log(f"SAE training: {x.shape[0]:,} tokens x {x.shape[1]} of {ffn_in}")
-    from neuroneval.torch import train_topk_sae
-
-    sae = train_topk_sae(
-        x,
-        d_sae=model.config.intermediate_size,
-        k=size.k,
-        epochs=size.epochs,
-        batch_size=size.batch_size,
-        seed=size.seed,
-    )
-    write_saelens(sae, out / "sae")
-    sae = read_saelens(out / "sae")
-    recon = sae.encode(x[:4096]) @ sae.W_dec + sae.b_dec
-    fvu = float(((recon - x[:4096]) ** 2).sum() / ((x[:4096] - x[:4096].mean(axis=0)) ** 2).sum())
-    log(f"  TopK SAE: {sae.d_sae} latents, k = {sae.k}; fraction of variance unexplained {fvu:.3f}")
+    sae, fvu = train_saved_sae(x, model.config.intermediate_size, size, out / "sae", log)
 
     per_set: dict[str, dict[str, Any]] = {}
     for name, texts in (("explain", explain), ("probe", probe)):
@@ -406,6 +391,23 @@ def run(out: Path, size: StudySize = FULL, log: Any = print) -> dict[str, Any]:
     summary["seconds"] = time.perf_counter() - t0
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
+
+
+def train_saved_sae(x: np.ndarray, d_sae: int, size: Any, path: Path, log: Any) -> tuple[Any, float]:
+    """A TopK SAE of `d_sae` latents trained on the rows of `x` (`size`'s k, epochs, batch size
+    and seed), written to `path` in SAELens's layout and read back from there (the SAE the
+    study uses is the file's); with its fraction of variance unexplained on the first 4,096 rows."""
+    from neuroneval.interop import read_saelens, write_saelens
+    from neuroneval.torch import train_topk_sae
+
+    sae = train_topk_sae(x, d_sae=d_sae, k=size.k, epochs=size.epochs, batch_size=size.batch_size, seed=size.seed)
+    write_saelens(sae, path)
+    sae = read_saelens(path)
+    sample = x[:4096]
+    recon = sae.encode(sample) @ sae.W_dec + sae.b_dec
+    fvu = float(((recon - sample) ** 2).sum() / ((sample - sample.mean(axis=0)) ** 2).sum())
+    log(f"  TopK SAE: {sae.d_sae} latents, k = {sae.k}; fraction of variance unexplained {fvu:.3f}")
+    return sae, fvu
 
 
 def judge_and_compare(
@@ -468,21 +470,28 @@ def judge_and_compare(
     return populations
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="neuroneval demo --sae", description=(__doc__ or "").split("\n\n")[0])
+def study_arguments(prog: str, doc: str | None) -> argparse.ArgumentParser:
+    """The options both SAE studies take: --out, --seed, --small, --units."""
+    parser = argparse.ArgumentParser(prog=prog, description=(doc or "").split("\n\n")[0])
     parser.add_argument(
         "--out", type=Path, default=Path("demo-sae-out"), help="output directory (default: demo-sae-out)"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of everything (default: 0)")
     parser.add_argument("--small", action="store_true", help="the small size (a smoke run)")
     parser.add_argument("--units", type=int, help="units per population")
-    args = parser.parse_args(argv)
-    size = replace(SMALL if args.small else FULL, seed=args.seed)
-    if args.units:
-        size = replace(size, n_units=args.units)
-    run(
-        args.out / "sae_study", size, log=functools.partial(print, flush=True)
-    )  # progress as it happens, also into a file
+    return parser
+
+
+def sized(args: argparse.Namespace, small: Any, full: Any) -> Any:
+    """The study size that `study_arguments`' options ask for."""
+    size = replace(small if args.small else full, seed=args.seed)
+    return replace(size, n_units=args.units) if args.units else size
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = study_arguments("neuroneval demo --sae", __doc__).parse_args(argv)
+    # progress as it happens, also into a file
+    run(args.out / "sae_study", sized(args, SMALL, FULL), log=functools.partial(print, flush=True))
     return 0
 
 

@@ -44,7 +44,6 @@ Examples
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import json
@@ -52,14 +51,22 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from .sae_study import judge_and_compare, lexicon_explanations, llm_explanations, wiki_sentences
+from .sae_study import (
+    judge_and_compare,
+    lexicon_explanations,
+    llm_explanations,
+    sized,
+    study_arguments,
+    train_saved_sae,
+    wiki_sentences,
+)
 
 __all__ = [
     "EXPLAINERS",
@@ -235,8 +242,7 @@ def run(
     `loaded` lends SmolLM2 as `load_smollm2` returns it (tokenizer, model); default: loaded here."""
     import torch
 
-    from neuroneval.interop import read_saelens, write_saelens
-    from neuroneval.torch import extract, train_topk_sae
+    from neuroneval.torch import extract
     from neuroneval.torch.circuits.track import load_smollm2
 
     torch.manual_seed(size.seed)
@@ -260,20 +266,7 @@ def run(
     kept, _, _ = _rows(store, mlp_in)
     x = _dense(store, mlp_in, kept)
     log(f"SAE training: {x.shape[0]:,} tokens x {x.shape[1]} of {mlp_in} ({time.perf_counter() - t0:.0f} s)")
-    sae = train_topk_sae(
-        x,
-        d_sae=model.config.intermediate_size,
-        k=size.k,
-        epochs=size.epochs,
-        batch_size=size.batch_size,
-        seed=size.seed,
-    )
-    write_saelens(sae, out / "sae")
-    sae = read_saelens(out / "sae")
-    sample = x[:4096]
-    recon = sae.encode(sample) @ sae.W_dec + sae.b_dec
-    fvu = float(((recon - sample) ** 2).sum() / ((sample - sample.mean(axis=0)) ** 2).sum())
-    log(f"  TopK SAE: {sae.d_sae} latents, k = {sae.k}; fraction of variance unexplained {fvu:.3f}")
+    sae, fvu = train_saved_sae(x, model.config.intermediate_size, size, out / "sae", log)
 
     per_set: dict[str, dict[str, Any]] = {}
     decode = tokenizer.decode
@@ -397,28 +390,16 @@ def judge_context_check(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="neuroneval demo --sae --model smollm2", description=(__doc__ or "").split("\n\n")[0]
-    )
-    parser.add_argument(
-        "--out", type=Path, default=Path("demo-sae-out"), help="output directory (default: demo-sae-out)"
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of everything (default: 0)")
-    parser.add_argument("--small", action="store_true", help="the small size (a smoke run)")
-    parser.add_argument("--units", type=int, help="units per population")
+    parser = study_arguments("neuroneval demo --sae --model smollm2", __doc__)
     parser.add_argument(
         "--judge-check", action="store_true", help="only measure the judge's AUC against the context it is shown"
     )
     args = parser.parse_args(argv)
+    log = functools.partial(print, flush=True)  # progress as it happens, also into a file
     if args.judge_check:
-        judge_context_check(log=functools.partial(print, flush=True))
-        return 0
-    size = replace(SMALL if args.small else FULL, seed=args.seed)
-    if args.units:
-        size = replace(size, n_units=args.units)
-    run(
-        args.out / "sae_study_smollm2", size, log=functools.partial(print, flush=True)
-    )  # progress as it happens, also into a file
+        judge_context_check(log=log)
+    else:
+        run(args.out / "sae_study_smollm2", sized(args, SMALL, FULL), log=log)
     return 0
 
 
