@@ -105,16 +105,24 @@ LLM_SHOTS = (
 )
 
 
+def few_shot_chat(
+    system: str, header: str, question: str, shots: Sequence[tuple[Sequence[str], str]], examples: Sequence[str]
+) -> list[dict[str, str]]:
+    """A chat of `system`, each worked example of `shots` (its listed items under `header`, then
+    `question`, answered), and `examples` asked the same way."""
+
+    def ask(items: Sequence[str]) -> str:
+        return f"{header}:\n" + "\n".join(f"{i + 1}. {s}" for i, s in enumerate(items)) + "\n" + question
+
+    chat = [{"role": "system", "content": system}]
+    for items, answer in shots:
+        chat += [{"role": "user", "content": ask(items)}, {"role": "assistant", "content": answer}]
+    return [*chat, {"role": "user", "content": ask(examples)}]
+
+
 def llm_messages(examples: Sequence[str]) -> list[dict[str, str]]:
     """The chat of the LLM explainer: the system turn, the worked examples, the unit's sentences."""
-
-    def ask(sentences: Sequence[str]) -> str:
-        return "Sentences:\n" + "\n".join(f"{i + 1}. {s}" for i, s in enumerate(sentences)) + "\n" + LLM_QUESTION
-
-    chat = [{"role": "system", "content": LLM_SYSTEM}]
-    for sentences, answer in LLM_SHOTS:
-        chat += [{"role": "user", "content": ask(sentences)}, {"role": "assistant", "content": answer}]
-    return [*chat, {"role": "user", "content": ask(examples)}]
+    return few_shot_chat(LLM_SYSTEM, "Sentences", LLM_QUESTION, LLM_SHOTS, examples)
 
 
 # --------------------------------------------------------------------------- corpus

@@ -59,6 +59,7 @@ import numpy as np
 import polars as pl
 
 from .sae_study import (
+    few_shot_chat,
     judge_and_compare,
     lexicon_explanations,
     llm_explanations,
@@ -115,14 +116,7 @@ LLM_SHOTS = (
 
 def llm_messages(windows: Sequence[str]) -> list[dict[str, str]]:
     """The chat of the LLM explainer: the system turn, two worked examples, the unit's windows."""
-
-    def ask(examples: Sequence[str]) -> str:
-        return "Examples:\n" + "\n".join(f"{i + 1}. {w}" for i, w in enumerate(examples)) + "\n" + LLM_QUESTION
-
-    chat = [{"role": "system", "content": LLM_SYSTEM}]
-    for examples, answer in LLM_SHOTS:
-        chat += [{"role": "user", "content": ask(examples)}, {"role": "assistant", "content": answer}]
-    return [*chat, {"role": "user", "content": ask(windows)}]
+    return few_shot_chat(LLM_SYSTEM, "Examples", LLM_QUESTION, LLM_SHOTS, windows)
 
 
 # --------------------------------------------------------------------------- tokens
@@ -282,9 +276,7 @@ def run(
             "latents": _dense(s, mlp_in, kept),
             "windows": marked_windows(ids[name], documents, positions, decode, size.context),
             "judged": marked_windows(ids[name], documents, positions, decode, size.judge_context),
-            "tokens": [
-                decode(ids[name][d][p : p + 1]) for d, p in zip(documents.tolist(), positions.tolist(), strict=True)
-            ],
+            "tokens": marked_windows(ids[name], documents, positions, decode, 0),
         }
     n_explain, n_probe = len(per_set["explain"]["windows"]), len(per_set["probe"]["windows"])
     log(f"tokens: {x.shape[0]:,} train, {n_explain:,} explain, {n_probe:,} probe ({time.perf_counter() - t0:.0f} s)")
@@ -367,9 +359,7 @@ def judge_context_check(
     ids = _token_ids(tokenizer, wiki_sentences()[-sentences:])
     documents = np.array([d for d, x in enumerate(ids) for _ in range(1, len(x))], dtype=np.int64)
     positions = np.array([p for x in ids for p in range(1, len(x))], dtype=np.int64)
-    tokens = [
-        tokenizer.decode(ids[d][p : p + 1]).strip() for d, p in zip(documents.tolist(), positions.tolist(), strict=True)
-    ]
+    tokens = marked_windows(ids, documents, positions, tokenizer.decode, 0)
     names, truth = lexicon_concepts(tokens, min_count=15)
     kept = [i for i, n in enumerate(names) if n.startswith("empath: ")]
     table = pl.DataFrame(

@@ -50,8 +50,8 @@ pub fn rank_into(values: &[f64], r: &mut Ranking, scratch: &mut SortScratch) {
 }
 
 /// Which of a [`Ranking`]'s per-element outputs a caller reads, besides the tie sum (always
-/// there). An output not asked for may be there anyway (counting ranks and short vectors
-/// write the midranks whatever is asked), or empty.
+/// there). An output not asked for may be there anyway (counting ranks write the midranks
+/// whatever is asked), or empty.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RankOutputs {
     /// `order` and `group_end`, for walks down the ranking.
@@ -93,10 +93,29 @@ pub fn rank_into_with(
         Packing::Counting(bins) => counting_ranks(r, scratch, bins, outputs, midrank_offset),
         Packing::Radix(keys) => ranks_by_sorting(values, r, scratch, keys, outputs, midrank_offset),
         Packing::Short => {
+            // (under 64 values: the radix path's two steps, on an order sorted by comparisons)
             let mut order = Vec::with_capacity(values.len());
             sort_descending_into(values, &mut order, scratch);
+            let n = order.len();
+            resize_outputs(r, n, outputs);
+            let top = (n + 1) as f64 - midrank_offset;
+            for (q, &i) in order.iter().enumerate() {
+                if let Some(m) = r.midrank.get_mut(i as usize) {
+                    *m = top - (q + 1) as f64;
+                }
+                if let Some(a) = r.at_least.get_mut(i as usize) {
+                    *a = (q + 1) as u32;
+                }
+            }
+            let out = GroupOutputs {
+                midrank: &mut r.midrank,
+                at_least: &mut r.at_least,
+                order: &mut r.order,
+                group_end: &mut r.group_end,
+                top,
+            };
             let key = |q: usize| descending_key(values[order[q] as usize]);
-            assign_ranks(r, order.len(), outputs, midrank_offset, key, |q| order[q]);
+            r.tie_sum = fix_tie_groups(out, n, key, |q| order[q]);
         }
     }
 }
@@ -115,7 +134,7 @@ fn ranks_by_sorting(
     midrank_offset: f64,
 ) {
     let n = values.len();
-    resize_outputs(r, n, outputs, false);
+    resize_outputs(r, n, outputs);
     let top = (n + 1) as f64 - midrank_offset;
     {
         // a unique key at descending position q: the midrank top - (q + 1), group end q + 1
@@ -206,10 +225,9 @@ fn fix_tie_groups(
     tie_sum
 }
 
-/// Sizes `r`'s outputs for `n` inputs as `outputs` asks (cleared when not); the midranks
-/// always when `always_midranks`.
-fn resize_outputs(r: &mut Ranking, n: usize, outputs: RankOutputs, always_midranks: bool) {
-    if outputs.midrank || always_midranks {
+/// Sizes `r`'s outputs for `n` inputs as `outputs` asks (cleared when not).
+fn resize_outputs(r: &mut Ranking, n: usize, outputs: RankOutputs) {
+    if outputs.midrank {
         resize_for_overwrite(&mut r.midrank, n);
     } else {
         r.midrank.clear();
@@ -243,7 +261,7 @@ fn counting_ranks(
         .windows(2)
         .map(|w| tie_term((w[1] - w[0]) as usize))
         .sum();
-    // descending positions start+1..=end average (start + 1 + end) / 2, as in `assign_ranks`
+    // descending positions start+1..=end average (start + 1 + end) / 2, as in `fix_tie_groups`
     let top = (n + 1) as f64 - midrank_offset;
     resize_for_overwrite(&mut r.midrank, n);
     let bounds = |item: u64| {
@@ -282,39 +300,7 @@ fn counting_ranks(
     }
 }
 
-/// The midranks (less `midrank_offset`) and the tie sum of the `n` sorted positions whose
-/// position q holds input `index(q)` with key `key(q)` (equal keys are ties), and what
-/// `outputs` asks for besides: the order and each position's group end, each input's
-/// `at_least`. One pass over the tie groups: a group's end is found by reading on while the
-/// key repeats, then each of its positions is written.
-#[inline(always)]
-fn assign_ranks(
-    r: &mut Ranking,
-    n: usize,
-    outputs: RankOutputs,
-    midrank_offset: f64,
-    key: impl Fn(usize) -> u64,
-    index: impl Fn(usize) -> u32,
-) {
-    resize_outputs(r, n, outputs, true);
-    let out = GroupOutputs {
-        midrank: &mut r.midrank,
-        at_least: &mut r.at_least,
-        order: &mut r.order,
-        group_end: &mut r.group_end,
-        top: (n + 1) as f64 - midrank_offset,
-    };
-    // one instance per set of outputs, so the loop tests none of them
-    r.tie_sum = match (outputs.at_least, outputs.order) {
-        (false, false) => rank_groups::<false, false>(out, n, key, index),
-        (true, false) => rank_groups::<true, false>(out, n, key, index),
-        (false, true) => rank_groups::<false, true>(out, n, key, index),
-        (true, true) => rank_groups::<true, true>(out, n, key, index),
-    };
-}
-
-/// Where [`rank_groups`] and [`fix_tie_groups`] write, each as long as the ranking or, when
-/// not asked for, empty ([`rank_groups`] always writes the midranks).
+/// Where [`fix_tie_groups`] writes, each as long as the ranking or, when not asked for, empty.
 struct GroupOutputs<'a> {
     midrank: &'a mut [f64],
     at_least: &'a mut [u32],
@@ -323,48 +309,6 @@ struct GroupOutputs<'a> {
     /// (n + 1) less the midrank offset: descending positions start+1..=end average
     /// (start + 1 + end) / 2, so the ascending midrank is top less that.
     top: f64,
-}
-
-/// [`assign_ranks`]'s pass, writing `at_least` when AT_LEAST and the order and group ends
-/// when ORDER; returns the tie sum.
-#[inline(always)]
-fn rank_groups<const AT_LEAST: bool, const ORDER: bool>(
-    out: GroupOutputs<'_>,
-    n: usize,
-    key: impl Fn(usize) -> u64,
-    index: impl Fn(usize) -> u32,
-) -> u128 {
-    let GroupOutputs {
-        midrank,
-        at_least,
-        order,
-        group_end,
-        top,
-    } = out;
-    let mut tie_sum = 0u128;
-    let mut start = 0;
-    while start < n {
-        let k = key(start);
-        let mut end = start + 1;
-        while end < n && key(end) == k {
-            end += 1;
-        }
-        let m = top - (start + 1 + end) as f64 / 2.0;
-        for q in start..end {
-            let i = index(q);
-            midrank[i as usize] = m;
-            if AT_LEAST {
-                at_least[i as usize] = end as u32;
-            }
-            if ORDER {
-                order[q] = i;
-                group_end[q] = end as u32;
-            }
-        }
-        tie_sum += tie_term(end - start);
-        start = end;
-    }
-    tie_sum
 }
 
 /// Mann-Whitney ROC AUC with midranks; NaN when all labels agree.
