@@ -10,7 +10,7 @@ import itertools
 import numpy as np
 import pytest
 from neuroneval.causal import CausalModel, counterfactual_dataset, ioi_task, mcqa_task, planted_task
-from neuroneval.causal.iia import bootstrap_iia, layer_iia, summarize, unit_iia
+from neuroneval.causal.iia import bootstrap_difference, bootstrap_iia, layer_iia, summarize, unit_iia
 from neuroneval.errors import EmptyInputError, ParameterError, ShapeError, SourceError
 
 # --------------------------------------------------------------------------- causal models (no torch)
@@ -102,6 +102,35 @@ def test_iia_aggregation_against_a_slow_loop():
     assert a_lo <= average <= a_hi
 
 
+def test_paired_iia_difference_against_a_slow_loop():
+    rng = np.random.default_rng(3)
+    first = {"d1": rng.random((4, 3, 15)) < 0.6, "d2": rng.random((4, 3, 11)) < 0.5}
+    # the second featurizer hits where the first does, on most examples: the pairing matters
+    second = {n: h & (rng.random(h.shape) < 0.8) for n, h in first.items()}
+    keep = {"d1": rng.random(15) < 0.7, "d2": np.ones(11, bool)}
+    (avg, avg_ci), (high, high_ci) = bootstrap_difference(first, second, keep, n_boot=200, level=0.9, seed=4)
+    _, a1, h1 = _slow_iia(first, keep)
+    _, a2, h2 = _slow_iia(second, keep)
+    assert (avg, high) == pytest.approx((a1 - a2, h1 - h2))
+    rng = np.random.default_rng(4)
+    averages, highests = [], []
+    for _ in range(200):
+        draws = {n: rng.integers(0, int(keep[n].sum()), int(keep[n].sum())) for n in first}
+        summaries = []
+        for hits in (first, second):
+            resampled = {n: hits[n][:, :, keep[n]][:, :, draws[n]] for n in hits}
+            summaries.append(_slow_iia(resampled, {n: np.ones(len(draws[n]), bool) for n in hits})[1:])
+        averages.append(summaries[0][0] - summaries[1][0])
+        highests.append(summaries[0][1] - summaries[1][1])
+    assert avg_ci == pytest.approx(tuple(np.percentile(averages, [5, 95])))
+    assert high_ci == pytest.approx(tuple(np.percentile(highests, [5, 95])))
+    # paired: narrower than the two unpaired intervals' spread would allow
+    (lo1, hi1), _ = bootstrap_iia(first, keep, n_boot=200, seed=4)
+    assert avg_ci[1] - avg_ci[0] < hi1 - lo1
+    with pytest.raises(ShapeError, match="the hits compared differ"):
+        bootstrap_difference(first, {n: h[:2] for n, h in second.items()}, keep)
+
+
 def test_iia_refuses_a_dataset_without_a_kept_example():
     with pytest.raises(EmptyInputError, match="gets none of its examples right"):
         unit_iia({"d": np.ones((1, 1, 3), bool)}, {"d": np.zeros(3, bool)})
@@ -189,6 +218,63 @@ def test_full_vector_interchange_equals_a_hook_on_the_module(tiny, layer):
     torch.testing.assert_close(mine, ref, atol=2e-5, rtol=1e-5)
     plain = hf(base).logits[:, -1]
     assert (plain - ref).abs().max() > 1e-3  # the intervention did something
+
+
+def _site_hooked_logits(hf, base, source, layer, site, base_pos, source_pos, selected):
+    """The reference for the MLP sites: Hugging Face's forward with a hook on the module whose
+    output (``mlp-input``: the post-attention norm) or input (``mlp-neurons``: ``down_proj``)
+    is the site, writing the source's values of the `selected` coordinates."""
+    block = hf.model.layers[layer]
+    module = block.post_attention_layernorm if site == "mlp-input" else block.mlp.down_proj
+    pre = site == "mlp-neurons"
+    captured = []
+
+    def capture(module, args, *out):
+        captured.append((args[0] if pre else out[0]).clone())
+
+    def write(module, args, *out):
+        h = (args[0] if pre else out[0]).clone()
+        for i in range(h.shape[0]):
+            h[i, base_pos[i], selected] = captured[0][i, source_pos[i], selected]
+        return (h,) if pre else h
+
+    def hooked(fn, tokens):
+        handle = module.register_forward_pre_hook(fn) if pre else module.register_forward_hook(fn)
+        try:
+            return hf(tokens).logits[:, -1]
+        finally:
+            handle.remove()
+
+    with torch.no_grad():
+        hooked(capture, source)
+        return hooked(write, base)
+
+
+@pytest.mark.parametrize(("site", "width"), [("mlp-input", 32), ("mlp-neurons", 64)])
+@pytest.mark.parametrize("layer", [0, 2])
+def test_mlp_site_interchange_equals_a_hook_on_the_module(tiny, site, width, layer):
+    hf, model = tiny
+    g = torch.Generator().manual_seed(10 + layer)
+    base, source = torch.randint(0, 50, (5, 9), generator=g), torch.randint(0, 50, (5, 9), generator=g)
+    base_pos, source_pos = torch.tensor([2, 8, 5, 3, 0]), torch.tensor([4, 1, 8, 3, 6])
+    selected = list(range(1, width, 3))
+    run_base, run_source = forward(model, base), forward(model, source)
+    mine = intervened_logits(
+        model, run_base, run_source, layer, base_pos, source_pos, Neurons(width, selected), site=site
+    )
+    ref = _site_hooked_logits(hf, base, source, layer, site, base_pos.tolist(), source_pos.tolist(), selected)
+    torch.testing.assert_close(mine, ref, atol=2e-5, rtol=1e-5)
+    assert (hf(base).logits[:, -1] - ref).abs().max() > 1e-3  # the intervention did something
+    # the whole MLP input and all its hidden units carry the same information forward
+    whole = [
+        intervened_logits(model, run_base, run_source, layer, base_pos, source_pos, FullVector(w), site=s)
+        for s, w in (("mlp-input", 32), ("mlp-neurons", 64))
+    ]
+    torch.testing.assert_close(whole[0], whole[1], atol=2e-5, rtol=1e-5)
+    with pytest.raises(ShapeError, match="reads hidden vectors of 32 values; the model's have 64"):
+        intervened_logits(model, run_base, run_source, layer, base_pos, source_pos, FullVector(32), site="mlp-neurons")
+    with pytest.raises(ParameterError, match="unknown site 'mlp'; choose one of residual, mlp-input, mlp-neurons"):
+        intervened_logits(model, run_base, run_source, layer, base_pos, source_pos, FullVector(32), site="mlp")
 
 
 def test_featurizer_identities():
@@ -296,6 +382,38 @@ def test_too_few_right_and_wrong_sae_are_named(planted):
         )
 
 
+@pytest.mark.slow
+def test_mlp_sites_run_end_to_end_with_an_sae_of_their_own(planted):
+    """A run at each MLP site: the whole MLP input and all its hidden units hit the same pairs;
+    an SAE trained on the hidden units reads them, names their hook, and is refused elsewhere."""
+    from neuroneval.causal.results import causal_table
+    from neuroneval.torch.causal import site_width, train_layer_saes
+
+    model, task = planted.decomposed, planted_task()
+    width = site_width(model, 0, "mlp-neurons")
+    assert width == model.model.config.intermediate_size != model.d_model
+    saes = train_layer_saes(model, task, planted_tokenize, [0], seed=0, site="mlp-neurons",
+                            sae_prompts=64, sae_epochs=1, sae_expansion=1)  # fmt: skip
+    assert saes[0].d_in == width and saes[0].hook_name == "blocks.0.mlp.hook_post"
+    small = dict(model_name="planted", layers=[0], n_train=32, n_test=32, n_boot=50, epochs=1)
+    runs = {
+        site: evaluate_featurizers(model, task, planted_tokenize, featurizers=names, site=site, sae=saes, **small)
+        for site, names in (("mlp-input", ["full", "pca"]), ("mlp-neurons", ["full", "neurons", "sae", "dbm-sae"]))
+    }
+    inputs, hidden = (runs[s].result("full", "s") for s in ("mlp-input", "mlp-neurons"))
+    for name in inputs.hits:
+        np.testing.assert_array_equal(inputs.hits[name], hidden.hits[name])
+    assert runs["mlp-neurons"].result("dbm-sae", "s").swapped.max() <= width
+    assert {r["site"] for r in causal_table([runs["mlp-neurons"]])} == {"mlp-neurons"}
+    with pytest.raises(
+        ParameterError, match=f"vectors at the mlp-input site have {model.d_model} .an SAE of another model or site"
+    ):
+        evaluate_featurizers(model, task, planted_tokenize, featurizers=["sae"], site="mlp-input", sae=saes, **small)
+    with pytest.raises(ParameterError, match=f"size {width + 1} exceeds the mlp-neurons site's width {width}"):
+        evaluate_featurizers(model, task, planted_tokenize, featurizers=["neurons"], site="mlp-neurons",
+                             **{**small, "n_test": 4, "n_train": 4}, size=width + 1)  # fmt: skip
+
+
 # --------------------------------------------------------------------------- SmolLM2, small
 
 
@@ -335,6 +453,12 @@ def test_sae_directories_of_another_model_or_layer_are_refused(tmp_path):
         read_layer_saes(tmp_path / "misplaced", [1], 64)
     with pytest.raises(SourceError, match="has no SAE for layer 2"):
         read_layer_saes(tmp_path / "misplaced", [2], 64)
+    write_saelens(sae(64, "blocks.1.ln2.hook_normalized"), tmp_path / "mlp" / "layer_1")
+    with pytest.raises(
+        ParameterError, match="reads 'blocks.1.ln2.hook_normalized', the mlp-input site, not the run's residual"
+    ):
+        read_layer_saes(tmp_path / "mlp", [1], 64)
+    assert read_layer_saes(tmp_path / "mlp", [1], 64, "mlp-input")[1].hook_name == "blocks.1.ln2.hook_normalized"
     assert read_layer_saes(tmp_path / "other", [0], 8)[0].d_in == 8
 
 

@@ -401,3 +401,44 @@ def test_the_default_server_answers_as_before(judge: lb.LocalLLMJudge, serve: An
     with pytest.raises(SourceError, match="does not serve the model 'gpt-4'"):
         lb.label(lb.EndpointJudge("gpt-4", base_url=server.url), TEXTS, ["sports"], cache=tmp_path / "d.sqlite")
     assert not (tmp_path / "d.sqlite").exists()
+
+
+def test_answers_of_several_tokens_are_greedy_and_capped(serve: Any) -> None:
+    """With max_tokens above 1 the server writes the greedy continuation, whatever the temperature:
+    what transformers' `generate` gives in process from the chat template (repetition penalty
+    included), with why it stopped; a request over the cap, or with a penalty that is not a number,
+    is 400 naming it; the default server answers one token only."""
+    from neuroneval.torch.circuits import load_smollm2
+
+    tokenizer, model = load_smollm2()
+    server = serve(max_tokens=12)
+    client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+    for chat, tokens, penalty in (
+        ([{"role": "user", "content": "Name three colours."}], 12, 1.3),
+        ([{"role": "user", "content": "Say yes."}], 12, 1.0),
+        (lb.messages("sports", TEXTS[0]), 3, 1.0),
+    ):
+        reply = client.chat.completions.create(
+            model="smollm2", messages=chat, max_tokens=tokens, temperature=0.9,
+            extra_body={"repetition_penalty": penalty},
+        )  # fmt: skip
+        ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        with torch.inference_mode():
+            gen = model.generate(**ids, max_new_tokens=tokens, do_sample=False, repetition_penalty=penalty,
+                                 pad_token_id=tokenizer.eos_token_id)[0, ids["input_ids"].shape[1] :]  # fmt: skip
+        assert reply.choices[0].message.content == tokenizer.decode(gen, skip_special_tokens=True)
+        assert reply.usage is not None and reply.usage.completion_tokens == len(gen)
+        assert reply.choices[0].finish_reason == ("stop" if int(gen[-1]) == tokenizer.eos_token_id else "length")
+    chat = [{"role": "user", "content": "Hello"}]
+    with pytest.raises(openai.BadRequestError, match=r"max_tokens must be an integer in 1\.\.12"):
+        client.chat.completions.create(model="smollm2", messages=chat, max_tokens=13)
+    with pytest.raises(openai.BadRequestError, match="repetition_penalty must be a number"):
+        client.chat.completions.create(
+            model="smollm2",
+            messages=chat,
+            max_tokens=4,
+            extra_body={"repetition_penalty": "high"},
+        )
+    one = openai.OpenAI(base_url=serve().url, api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="answers one token"):
+        one.chat.completions.create(model="smollm2", messages=chat, max_tokens=4)

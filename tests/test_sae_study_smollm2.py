@@ -75,22 +75,33 @@ def test_neurons_are_the_down_projection_input(smollm2: tuple[Any, Any]) -> None
 
 
 def test_a_tiny_run_writes_every_table(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str], smollm2: tuple[Any, Any]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], smollm2: tuple[Any, Any], judge_servers: Any
 ) -> None:
+    """Every table, with SmolLM2 served on 127.0.0.1 as the endpoint explainer too: asked the same
+    chats greedily with the same penalty, it writes what the in-process SmolLM2 explainer writes."""
+    from neuroneval import label as lb
+    from neuroneval.experiments.sae_study import ExplainerEndpoint
+
+    server = judge_servers(lb.smollm2(), max_tokens=10)
+    endpoint = ExplainerEndpoint(server.url, "smollm2", repetition_penalty=1.3)
+    explainers = (*study.EXPLAINERS, "openai:smollm2")
     size = study.TokenStudySize(
-        "tiny", train_sentences=120, explain_sentences=60, probe_sentences=60, n_units=4, epochs=1, n_boot=100
-    )
-    summary = study.run(tmp_path, size, log=lambda _: None, loaded=smollm2)
+        "tiny", train_sentences=120, explain_sentences=60, probe_sentences=60, n_units=4, epochs=1, n_boot=100,
+        causal_train=4, causal_test=6, causal_epochs=1,
+    )  # fmt: skip
+    summary = study.run(tmp_path, size, log=lambda _: None, loaded=smollm2, endpoint=endpoint)
     explanations = pl.read_csv(tmp_path / "explanations.csv")
-    assert explanations.height == 2 * 4 * len(study.EXPLAINERS)
-    assert set(explanations["explainer"]) == set(study.EXPLAINERS)
+    assert explanations.height == 2 * 4 * len(explainers)
+    assert set(explanations["explainer"]) == set(explainers)
     assert explanations["explanation"].str.len_chars().min() > 0
+    by = {e: explanations.filter(pl.col("explainer") == e)["explanation"].to_list() for e in explainers}
+    assert by["openai:smollm2"] == by["smollm2"] and server.requests == 2 * 4
     tokens = summary["tokens"]
     for population in ("neurons", "latents"):
         acts = np.load(tmp_path / f"{population}-activations.npy")
         assert acts.shape == (tokens["probe"], 4)
         table = pl.read_csv(tmp_path / population / "summary.csv")
-        assert set(table["explainer"]) == {*study.EXPLAINERS, "baseline:random", "baseline:shuffled"}
+        assert set(table["explainer"]) == {*explainers, "baseline:random", "baseline:shuffled"}
         assert set(table["units_explained"]) == {4}
         # a population's files name units by column; explanations.csv keeps the model's unit too
         mine = explanations.filter(pl.col("population") == population)
@@ -98,7 +109,7 @@ def test_a_tiny_run_writes_every_table(
         assert mine["unit"].max() < 1536
     assert json.loads((tmp_path / "summary.json").read_text())["tokens"] == tokens
     populations = pl.read_csv(tmp_path / "populations.csv")
-    assert populations.height == 5 and (populations["ci_low"] <= populations["ci_high"]).all()
+    assert populations.height == len(explainers) + 2 and (populations["ci_low"] <= populations["ci_high"]).all()
     # `neuroneval compare` on the files the study leaves gives the study's intervals
     argv = ["compare", tmp_path / "neurons-activations.npy", tmp_path / "neurons-explanations.csv"]
     argv += ["--concepts", tmp_path / "neurons-concepts.npy", "--n-boot", "100", "--out", tmp_path / "cli"]
@@ -108,6 +119,52 @@ def test_a_tiny_run_writes_every_table(
     study_table = pl.read_csv(tmp_path / "neurons" / "summary.csv").sort("explainer")
     for column in ("correlation_mean", "correlation_ci_low", "correlation_ci_high"):
         assert ours[column].to_list() == pytest.approx(study_table[column].to_list(), rel=1e-12), column
+    _check_causal_lens(tmp_path, summary["causal"], capfd)
+
+
+def _check_causal_lens(out: Path, lens: dict[str, Any], capfd: pytest.CaptureFixture[str]) -> None:
+    """The causal lens's table is `neuroneval causal table` on the runs it wrote; its latents -
+    neurons differences are paired bootstraps of the hits in their ``hits.npz``; and `neuroneval
+    causal run` on the study's SAE directory gives the study's IIA for the SAE's latents."""
+    from neuroneval.causal.iia import bootstrap_difference
+
+    dirs = [out / "causal" / site for site in study.CAUSAL_LENS]
+    code, stdout, err = run(["causal", "table", *dirs, "--format", "json"], capfd)
+    assert code == 0, err
+    assert json.loads(stdout) == lens["iia"]
+    assert {(r["site"], r["featurizer"]) for r in lens["iia"]} == {
+        (site, f) for site, names in study.CAUSAL_LENS.items() for f in names
+    }
+    hits = {site: np.load(d / "hits.npz") for site, d in zip(study.CAUSAL_LENS, dirs, strict=True)}
+
+    def of(site: str, featurizer: str, variable: str) -> dict[str, np.ndarray]:
+        prefix = f"{featurizer}|{variable}|"
+        return {k.removeprefix(prefix): hits[site][k] for k in hits[site].files if k.startswith(prefix)}
+
+    assert len(lens["differences"]) == 2 * len(study.LATENTS_AGAINST_NEURONS)
+    for row in lens["differences"]:
+        a, b = of("mlp-input", row["latents"], row["variable"]), of("mlp-neurons", row["neurons"], row["variable"])
+        keep = {name: np.ones(h.shape[2], bool) for name, h in a.items()}
+        (delta, interval), _ = bootstrap_difference(a, b, keep, n_boot=100, seed=0)
+        assert (row["difference"], row["low"], row["high"]) == pytest.approx((delta, *interval))
+    # the whole MLP input swapped by the lens's own measurement hits what the run's "full" hits
+    whole = [r for r in lens["whole_vector"] if r["site"] == "mlp-input"]
+    positions = ["io", "s2", "last"]
+    assert len(whole) == 4 * len(positions) and {r["site"] for r in lens["whole_vector"]} == {"residual", "mlp-input"}
+    for r in whole:
+        hit = hits["mlp-input"][f"full|{r['variable']}|{r['dataset']}"][0, positions.index(r["position"])]
+        assert r["iia"] == pytest.approx(hit.mean()), r
+    argv = ["causal", "run", "--model", "smollm2", "--site", "mlp-input", "--layers", "15", "--sae", out / "saes",
+            "--featurizers", "sae", "--n-train", "4", "--n-test", "6", "--size", "16", "--epochs", "1",
+            "--n-boot", "100", "--quiet", "--out", out / "cli-causal"]  # fmt: skip
+    code, _, err = run(argv, capfd)
+    assert code == 0, err
+    again = json.loads((out / "cli-causal" / "causal_run.json").read_text())
+    lens_run = json.loads((dirs[0] / "causal_run.json").read_text())
+    for variable in ("output_token", "output_position"):
+        mine = next(r for r in again["results"] if r["featurizer"] == "sae" and r["variable"] == variable)
+        theirs = next(r for r in lens_run["results"] if r["featurizer"] == "sae" and r["variable"] == variable)
+        assert mine["unit_iia"] == theirs["unit_iia"], variable
 
 
 def test_judge_context_check_measures_the_judge(smollm2: tuple[Any, Any]) -> None:
@@ -135,3 +192,27 @@ def test_cli_demo_sae_model_dispatches_and_needs_sae(
     code, _, err = run(["demo", "--model", "smollm2"], capfd)
     assert code == 2 and "--model is the SAE study's model: it goes with --sae" in err
     assert calls == [("smollm2", ["--seed", "0", "--out", "somewhere"]), ("minilm", ["--seed", "0"])]
+    url = "http://127.0.0.1:9/v1"
+    assert cli.main(["demo", "--sae", "--model", "smollm2", "--endpoint", url, "--endpoint-model", "m"]) == 0
+    assert calls[-1] == ("smollm2", ["--seed", "0", "--endpoint", url, "--endpoint-model", "m"])
+    for argv, message in (
+        (["--sae", "--endpoint", url, "--endpoint-model", "m"], "it goes with --sae --model smollm2"),
+        (["--sae", "--model", "smollm2", "--endpoint", url], "--endpoint needs --endpoint-model"),
+        (["--sae", "--model", "smollm2", "--endpoint-model", "m"], "--endpoint-model needs --endpoint"),
+    ):
+        code, _, err = run(["demo", *argv], capfd)
+        assert code == 2 and message in err, err
+    assert len(calls) == 3
+
+
+def test_an_endpoint_that_does_not_answer_is_named() -> None:
+    from judge_helpers import free_port
+    from neuroneval.errors import SourceError
+    from neuroneval.experiments.sae_study import ExplainerEndpoint, endpoint_explanations
+
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    endpoint = ExplainerEndpoint(url, "m", max_retries=0)
+    with pytest.raises(SourceError, match=f"the explainer endpoint {url} .m. failed: Connection error"):
+        endpoint_explanations(
+            np.ones((3, 1)), ["a", "b", "c"], 2, print, endpoint=endpoint, messages=study.llm_messages
+        )

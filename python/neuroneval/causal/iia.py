@@ -8,7 +8,9 @@ causal model's counterfactual output, per (layer, position): a bool array ``[L, 
   over the datasets;
 - `layer_iia`: per layer the max over positions;
 - `summarize`: the mean over layers ("average") and the max ("highest");
-- `bootstrap_iia`: percentile intervals of both, resampling each dataset's kept examples.
+- `bootstrap_iia`: percentile intervals of both, resampling each dataset's kept examples;
+- `bootstrap_difference`: two featurizers' (average, highest) differences on the same examples,
+  with paired percentile intervals.
 
 Examples
 --------
@@ -33,7 +35,7 @@ from ..compare.statistics import BOOTSTRAP_OPTIONS
 from ..errors import EmptyInputError, ShapeError
 from ..options import LEVEL, Options
 
-__all__ = ["IIA_BOOTSTRAP_OPTIONS", "bootstrap_iia", "layer_iia", "summarize", "unit_iia"]
+__all__ = ["IIA_BOOTSTRAP_OPTIONS", "bootstrap_difference", "bootstrap_iia", "layer_iia", "summarize", "unit_iia"]
 
 #: The options of `bootstrap_iia`: replicates, the intervals' level, the seed of the draws.
 IIA_BOOTSTRAP_OPTIONS = Options(
@@ -98,15 +100,58 @@ def bootstrap_iia(
     """Percentile intervals of (average, highest): each replicate resamples every dataset's kept
     examples with replacement (the same draw for every layer and position, so a replicate is a
     re-run on another sample of examples). Options: `IIA_BOOTSTRAP_OPTIONS`."""
-    kept = _checked(hits, keep)
     opts = IIA_BOOTSTRAP_OPTIONS.resolve(n_boot=n_boot, level=level, seed=seed)
-    n_boot, level = opts["n_boot"], opts["level"]
-    rng = np.random.default_rng(opts["seed"])
-    averages, highests = np.empty(n_boot), np.empty(n_boot)
+    (summaries,) = _replicates([_checked(hits, keep)], opts["n_boot"], opts["seed"])
+    return _interval(summaries[:, 0], opts["level"]), _interval(summaries[:, 1], opts["level"])
+
+
+def bootstrap_difference(
+    first: Mapping[str, BoolArray],
+    second: Mapping[str, BoolArray],
+    keep: Mapping[str, BoolArray],
+    *,
+    n_boot: int | None = None,
+    level: float | None = None,
+    seed: int | None = None,
+) -> tuple[tuple[float, tuple[float, float]], tuple[float, tuple[float, float]]]:
+    """(average, highest) of `first`'s hits minus `second`'s, on the same examples (`keep` for
+    both), each with its paired percentile interval: a replicate draws one resample of every
+    dataset's kept examples and summarizes both featurizers on it.
+
+    Raises
+    ------
+    ShapeError
+        The two name other datasets, or hold other (layer, position) grids or examples.
+    """
+    a, b = _checked(first, keep), _checked(second, keep)
+    for (name, x), (other, y) in zip(a, b, strict=False):
+        if name != other or x.shape != y.shape:
+            raise ShapeError(f"the hits compared differ: dataset {name!r} {x.shape} against {other!r} {y.shape}")
+    if len(a) != len(b):
+        raise ShapeError(f"the hits compared name {len(a)} and {len(b)} datasets")
+    opts = IIA_BOOTSTRAP_OPTIONS.resolve(n_boot=n_boot, level=level, seed=seed)
+    ra, rb = _replicates([a, b], opts["n_boot"], opts["seed"])
+    point = np.subtract(summarize(unit_iia(first, keep)), summarize(unit_iia(second, keep)))
+    delta = ra - rb
+    return tuple(  # type: ignore[return-value]
+        (float(point[i]), _interval(delta[:, i], opts["level"])) for i in range(2)
+    )
+
+
+def _replicates(sets: list[list[tuple[str, BoolArray]]], n_boot: int, seed: int) -> list[FloatArray]:
+    """Per set of kept hits (all on the same examples), ``[n_boot, 2]``: (average, highest) of
+    each bootstrap replicate, the same draw of every dataset's examples for every set."""
+    rng = np.random.default_rng(seed)
+    out = [np.empty((n_boot, 2)) for _ in sets]
     for r in range(n_boot):
-        units = [h[:, :, rng.integers(0, h.shape[2], h.shape[2])].mean(axis=2) for _, h in kept]
-        averages[r], highests[r] = summarize(np.mean(units, axis=0))
+        draws = [rng.integers(0, h.shape[2], h.shape[2]) for _, h in sets[0]]
+        for summaries, kept in zip(out, sets, strict=True):
+            units = [h[:, :, i].mean(axis=2) for (_, h), i in zip(kept, draws, strict=True)]
+            summaries[r] = summarize(np.mean(units, axis=0))
+    return out
+
+
+def _interval(values: FloatArray, level: float) -> tuple[float, float]:
     tail = (1 - level) / 2 * 100
-    bounds = (tail, 100 - tail)
-    a, h = np.percentile(averages, bounds), np.percentile(highests, bounds)
-    return (float(a[0]), float(a[1])), (float(h[0]), float(h[1]))
+    low, high = np.percentile(values, (tail, 100 - tail))
+    return float(low), float(high)

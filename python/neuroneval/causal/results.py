@@ -29,6 +29,8 @@ __all__ = [
     "CAUSAL_MODEL_OPTIONS",
     "CAUSAL_OPTIONS",
     "CAUSAL_SAE_OPTIONS",
+    "CAUSAL_SITES",
+    "CAUSAL_SITE_HOOKS",
     "CAUSAL_RUN_FILE",
     "CausalRun",
     "FeaturizerResult",
@@ -40,6 +42,11 @@ __all__ = [
 
 #: The featurizers a run may evaluate, in the table's order.
 CAUSAL_FEATURIZERS = ("full", "neurons", "pca", "sae", "das", "random", "dbm-neurons", "dbm-pca", "dbm-sae")
+#: Where in a layer an interchange acts: the residual stream after the block (MIB's track), the
+#: MLP's input (after its norm) or the MLP's hidden units (its output projection's input).
+CAUSAL_SITES = ("residual", "mlp-input", "mlp-neurons")
+#: TransformerLens's hook name of each site after ``blocks.<l>.`` (SAELens's files give it).
+CAUSAL_SITE_HOOKS = {"residual": "hook_resid_post", "mlp-input": "ln2.hook_normalized", "mlp-neurons": "mlp.hook_post"}
 CAUSAL_RUN_FILE = "causal_run.json"
 HITS_FILE = "hits.npz"
 CAUSAL_RUN_FORMAT = "neuroneval-causal-run"
@@ -63,6 +70,14 @@ CAUSAL_OPTIONS = (
             "features swapped by the neurons, pca and sae selections and the random subspace",
             low=1,
             metavar="K",
+        ),
+        Option(
+            "site",
+            "choice",
+            "residual",
+            "where in each layer the interchanges act: the residual stream after it, or its MLP's input "
+            "(after the norm) or hidden units; an SAE read or trained for the run reads the same site",
+            choices=CAUSAL_SITES,
         ),
         Option("epochs", "integer", 4, "passes over the training pairs that train DAS and DBM", low=1, metavar="N"),
         Option(
@@ -237,7 +252,8 @@ def read_causal_run(directory: str | os.PathLike[str]) -> CausalRun:
 
 
 def causal_table(runs: list[CausalRun]) -> list[dict[str, Any]]:
-    """One row per run, variable and featurizer (featurizers in `CAUSAL_FEATURIZERS` order)."""
+    """One row per run, variable and featurizer (featurizers in `CAUSAL_FEATURIZERS` order),
+    with the run's site."""
     rows = []
     for run in runs:
         order = {f: i for i, f in enumerate(CAUSAL_FEATURIZERS)}
@@ -246,6 +262,7 @@ def causal_table(runs: list[CausalRun]) -> list[dict[str, Any]]:
                 {
                     "model": run.model,
                     "task": run.task,
+                    "site": run.options.get("site", "residual"),  # runs written before sites were named
                     "variable": r.variable,
                     "featurizer": r.featurizer,
                     "average": r.average,
@@ -263,13 +280,16 @@ def causal_table(runs: list[CausalRun]) -> list[dict[str, Any]]:
 
 def format_causal_table(rows: list[dict[str, Any]]) -> str:
     """`causal_table`'s rows as aligned text."""
-    head = ("model", "task", "variable", "featurizer", "average IIA [interval]", "highest IIA [interval]", "seconds")
+    head = (
+        "model", "task", "site", "variable", "featurizer", "average IIA [interval]", "highest IIA [interval]", "seconds"
+    )  # fmt: skip
     lines = [head]
     for r in rows:
         lines.append(
             (
                 r["model"],
                 r["task"],
+                r["site"],
                 r["variable"],
                 r["featurizer"],
                 f"{r['average']:.3f} [{r['average_low']:.3f}, {r['average_high']:.3f}]",

@@ -78,7 +78,8 @@ def add(commands: Any) -> None:
         help="MIB's causal-variable track: IIA of featurizers (full vector, neurons, PCA, SAE, DAS, DBM) on a task's variables",
         description=(
             "MIB's causal-variable localization track (SPEC section 7; docs/causal.md). `run` intervenes on the "
-            "residual stream of a model at each layer and token position, swapping a featurizer's selected "
+            "residual stream of a model (or, with --site, on its MLP's input or hidden units) at each layer and "
+            "token position, swapping a featurizer's selected "
             "features from a counterfactual source, and measures interchange intervention accuracy (IIA) on "
             "held-out pairs; `table` prints IIA per featurizer and variable from run directories."
         ),

@@ -27,7 +27,16 @@ def add(commands: Any) -> None:
             "MiniLM's FFN neurons on Wikipedia sentences, three explainers ranked with intervals (the label extra); "
             "with --sae --model smollm2: the same question on SmolLM2-135M-Instruct's MLP neurons, per token."
         ),
-        rules=(Needs(("--model",), ("--sae",), "--model is the SAE study's model: it goes with --sae"),),
+        rules=(
+            Needs(("--model",), ("--sae",), "--model is the SAE study's model: it goes with --sae"),
+            Needs(
+                ("--endpoint", "--endpoint-model"),
+                (("--model", "smollm2"),),
+                "{given}: an endpoint explains in the SmolLM2 study: it goes with --sae --model smollm2",
+            ),
+            Needs(("--endpoint",), ("--endpoint-model",), "--endpoint needs --endpoint-model, the model's name there"),
+            Needs(("--endpoint-model",), ("--endpoint",), "--endpoint-model needs --endpoint, where the model is"),
+        ),  # fmt: skip
     )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--text", action="store_true", help="the MiniLM text demo instead of the digits CNN")
@@ -48,6 +57,13 @@ def add(commands: Any) -> None:
         help="with --sae: the model of the study: MiniLM per sentence (default), or SmolLM2-135M-Instruct per token",
     )
     p.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="with --sae --model smollm2: an OpenAI-compatible endpoint (http://HOST:PORT/v1) whose model explains "
+        "too; its key is $OPENAI_API_KEY",
+    )
+    p.add_argument("--endpoint-model", metavar="NAME", help="the model to ask at --endpoint")
+    p.add_argument(
         "--out",
         metavar="DIR",
         type=output_dir,
@@ -64,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     if args.sae and args.model == "smollm2":
         from neuroneval.experiments import sae_study_smollm2
 
+        if args.endpoint is not None:
+            argv += ["--endpoint", args.endpoint, "--endpoint-model", args.endpoint_model]
         return sae_study_smollm2.main(argv)
     if args.sae:
         from neuroneval.experiments import sae_study

@@ -153,7 +153,8 @@ def _add_server(commands: Any) -> None:
         description=(
             "Serve SmolLM2 (or a GGUF file / transformers directory given with --model) over HTTP as an "
             "OpenAI-compatible chat-completions endpoint that returns next-token log-probabilities, for "
-            "`neuroneval label --judge openai:NAME --base-url http://HOST:PORT/v1`. It runs on uvicorn and "
+            "`neuroneval label --judge openai:NAME --base-url http://HOST:PORT/v1` (and, with --max-tokens above "
+            "1, greedy answers of up to that many tokens, for an explainer such as the SAE study's --endpoint). It runs on uvicorn and "
             "starlette; the model judges one request at a time, and every request is bounded by the caps and "
             "timeouts below."
         ),

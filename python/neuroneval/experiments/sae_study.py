@@ -61,7 +61,9 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-__all__ = ["FULL", "SMALL", "StudySize", "main", "run", "wiki_sentences"]
+from neuroneval.errors import SourceError
+
+__all__ = ["FULL", "SMALL", "ExplainerEndpoint", "StudySize", "endpoint_explanations", "main", "run", "wiki_sentences"]
 
 
 @dataclass(frozen=True)
@@ -280,25 +282,93 @@ def llm_explanations(
     import torch
 
     model, tokenizer = model_and_tokenizer or _smollm2()
+
+    def answer(chat: list[dict[str, str]]) -> str:
+        ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        with torch.inference_mode():
+            gen = model.generate(
+                **ids, max_new_tokens=ANSWER_TOKENS, do_sample=False, repetition_penalty=REPETITION_PENALTY,
+                pad_token_id=tokenizer.eos_token_id,
+            )  # fmt: skip
+        return str(tokenizer.decode(gen[0, ids["input_ids"].shape[1] :], skip_special_tokens=True))
+
+    return _explained("smollm2", answer, maxima, sentences, top, messages, log)
+
+
+@dataclass(frozen=True)
+class ExplainerEndpoint:
+    """An OpenAI-compatible chat-completions endpoint as an explainer (``openai:<model>``): its
+    URL (``http://HOST:PORT/v1``), the model's name there, the environment variable holding its
+    key, a Hugging Face ``repetition_penalty`` to send (None sends none: OpenAI's own API
+    refuses the field; vLLM's servers and `neuroneval.label.JudgeServer` take it), and the
+    retries of a failed request (the client backs off exponentially)."""
+
+    base_url: str
+    model: str
+    api_key_env: str = "OPENAI_API_KEY"
+    repetition_penalty: float | None = None
+    max_retries: int = 5
+
+    @property
+    def explainer(self) -> str:
+        return f"openai:{self.model}"
+
+
+def endpoint_explanations(
+    maxima: np.ndarray, sentences: Sequence[str], top: int, log: Any, *, endpoint: ExplainerEndpoint, messages: Any
+) -> list[str]:
+    """`llm_explanations` asked of `endpoint`'s model instead: the same chats, answers of at most
+    `ANSWER_TOKENS` tokens at temperature 0, cut the same way.
+
+    Raises
+    ------
+    SourceError
+        The endpoint is unreachable or refuses a request (after the client's retries), named.
+    """
+    import os
+
+    import openai
+
+    client = openai.OpenAI(
+        base_url=endpoint.base_url,
+        api_key=os.environ.get(endpoint.api_key_env) or "none",
+        max_retries=endpoint.max_retries,
+        timeout=120,
+    )
+    extra = {} if endpoint.repetition_penalty is None else {"repetition_penalty": endpoint.repetition_penalty}
+
+    def answer(chat: list[dict[str, str]]) -> str:
+        try:
+            reply = client.chat.completions.create(
+                model=endpoint.model,
+                messages=chat,  # type: ignore[arg-type]
+                max_tokens=ANSWER_TOKENS,
+                temperature=0,
+                extra_body=extra,
+            )
+        except openai.OpenAIError as e:
+            raise SourceError(f"the explainer endpoint {endpoint.base_url} ({endpoint.model}) failed: {e}") from None
+        return reply.choices[0].message.content or ""
+
+    return _explained(endpoint.explainer, answer, maxima, sentences, top, messages, log)
+
+
+#: The longest answer an LLM explainer writes, in tokens, and the repetition penalty of SmolLM2's.
+ANSWER_TOKENS, REPETITION_PENALTY = 10, 1.3
+
+
+def _explained(
+    name: str, answer: Any, maxima: np.ndarray, sentences: Sequence[str], top: int, messages: Any, log: Any
+) -> list[str]:
+    """Per unit, `answer` to the chat of its `top` inputs, cut at its first punctuation mark."""
     out = []
     t0 = time.perf_counter()
     for u in range(maxima.shape[1]):
         best = np.argsort(-maxima[:, u], kind="stable")[:top]
-        ids = tokenizer.apply_chat_template(
-            messages([sentences[d] for d in best]),
-            add_generation_prompt=True,
-            return_tensors="pt",
-            return_dict=True,
-        )
-        with torch.inference_mode():
-            gen = model.generate(
-                **ids, max_new_tokens=10, do_sample=False, repetition_penalty=1.3, pad_token_id=tokenizer.eos_token_id
-            )
-        text = tokenizer.decode(gen[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
-        text = re.split(r"[;,.:(\n]", text.strip())[0].strip(" \"'*")
+        text = re.split(r"[;,.:(\n]", answer(messages([sentences[d] for d in best])).strip())[0].strip(" \"'*")
         out.append(text or "nothing in particular")
         if (u + 1) % 25 == 0:
-            log(f"    smollm2 explained {u + 1} units ({time.perf_counter() - t0:.0f} s)")
+            log(f"    {name} explained {u + 1} units ({time.perf_counter() - t0:.0f} s)")
     return out
 
 
@@ -401,15 +471,20 @@ def run(out: Path, size: StudySize = FULL, log: Any = print) -> dict[str, Any]:
     return summary
 
 
-def train_saved_sae(x: np.ndarray, d_sae: int, size: Any, path: Path, log: Any) -> tuple[Any, float]:
+def train_saved_sae(
+    x: np.ndarray, d_sae: int, size: Any, path: Path, log: Any, hook_name: str | None = None
+) -> tuple[Any, float]:
     """A TopK SAE of `d_sae` latents trained on the rows of `x` (`size`'s k, epochs, batch size
-    and seed), written to `path` in SAELens's layout and read back from there (the SAE the
-    study uses is the file's); with its fraction of variance unexplained on the first 4,096 rows."""
+    and seed), written to `path` in SAELens's layout (with `hook_name`, the TransformerLens
+    name of what it reads) and read back from there (the SAE the study uses is the file's);
+    with its fraction of variance unexplained on the first 4,096 rows."""
+    from dataclasses import replace
+
     from neuroneval.interop import read_saelens, write_saelens
     from neuroneval.torch import train_topk_sae
 
     sae = train_topk_sae(x, d_sae=d_sae, k=size.k, epochs=size.epochs, batch_size=size.batch_size, seed=size.seed)
-    write_saelens(sae, path)
+    write_saelens(sae if hook_name is None else replace(sae, hook_name=hook_name), path)
     sae = read_saelens(path)
     sample = x[:4096]
     recon = sae.encode(sample) @ sae.W_dec + sae.b_dec

@@ -58,7 +58,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from neuroneval.causal.results import CAUSAL_SITE_HOOKS
+
 from .sae_study import (
+    ExplainerEndpoint,
+    endpoint_explanations,
     few_shot_chat,
     judge_and_compare,
     lexicon_explanations,
@@ -101,11 +105,30 @@ class TokenStudySize:
     top_llm: int = 8  # windows shown to the LLM explainer
     top_tokens: int = 20  # highest tokens the top-tokens explainer counts
     n_boot: int = 1000
+    # the causal lens: IOI's pairs per dataset that train and test, features a selection swaps
+    causal_train: int = 64
+    causal_test: int = 64
+    causal_size: int = 16
+    causal_epochs: int = 2
+    das_lr: float = 0.04
 
 
 FULL = TokenStudySize("full", train_sentences=3_000, explain_sentences=1_500, probe_sentences=1_000, n_units=100)
-SMALL = TokenStudySize("small", train_sentences=200, explain_sentences=100, probe_sentences=80, n_units=6, epochs=2)
+SMALL = TokenStudySize(
+    "small", train_sentences=200, explain_sentences=100, probe_sentences=80, n_units=6, epochs=2,
+    causal_train=4, causal_test=6, causal_epochs=1, n_boot=200,
+)  # fmt: skip
 EXPLAINERS = ("lexicon", "top-tokens", "smollm2")
+#: The causal lens's featurizers per site of the study's layer: the SAE reads the MLP's input,
+#: the neurons are the MLP's hidden units (swapping either whole swaps the MLP's output).
+CAUSAL_LENS = {
+    "mlp-input": ("full", "pca", "sae", "das", "random", "dbm-pca", "dbm-sae"),
+    "mlp-neurons": ("full", "neurons", "dbm-neurons"),
+}
+#: Latents against neurons in the causal lens: the 16 of largest variance, and a learned mask.
+LATENTS_AGAINST_NEURONS = (("sae", "neurons"), ("dbm-sae", "dbm-neurons"))
+#: The study's SAE, in a directory ``neuroneval causal run --sae`` reads (``layer_<l>/``).
+SAES = "saes"
 LLM_SYSTEM = "You name what the marked words have in common, in two to four words."
 LLM_QUESTION = "In two to four words, what do the words in « » have in common?"
 LLM_SHOTS = (
@@ -230,10 +253,15 @@ def _dense(store: Any, layer: str, kept: np.ndarray) -> np.ndarray:
 
 
 def run(
-    out: Path, size: TokenStudySize = FULL, log: Any = print, loaded: tuple[Any, Any] | None = None
+    out: Path,
+    size: TokenStudySize = FULL,
+    log: Any = print,
+    loaded: tuple[Any, Any] | None = None,
+    endpoint: ExplainerEndpoint | None = None,
 ) -> dict[str, Any]:
     """Run the whole study and write ``out``; returns the summary (also ``summary.json``).
-    `loaded` lends SmolLM2 as `load_smollm2` returns it (tokenizer, model); default: loaded here."""
+    `loaded` lends SmolLM2 as `load_smollm2` returns it (tokenizer, model); default: loaded here.
+    `endpoint` adds its model as an explainer (``openai:<model>``), asked what SmolLM2 is."""
     import torch
 
     from neuroneval.torch import extract
@@ -260,7 +288,10 @@ def run(
     kept, _, _ = _rows(store, mlp_in)
     x = _dense(store, mlp_in, kept)
     log(f"SAE training: {x.shape[0]:,} tokens x {x.shape[1]} of {mlp_in} ({time.perf_counter() - t0:.0f} s)")
-    sae, fvu = train_saved_sae(x, model.config.intermediate_size, size, out / "sae", log)
+    sae, fvu = train_saved_sae(
+        x, model.config.intermediate_size, size, out / SAES / f"layer_{size.layer}", log,
+        hook_name=f"blocks.{size.layer}.{CAUSAL_SITE_HOOKS['mlp-input']}",
+    )  # fmt: skip
 
     per_set: dict[str, dict[str, Any]] = {}
     decode = tokenizer.decode
@@ -290,6 +321,7 @@ def run(
         chosen[population] = np.sort(rng.choice(live, size=min(size.n_units, len(live)), replace=False))
         log(f"{population}: {len(live)} live of {e.shape[1]}, {len(chosen[population])} drawn")
 
+    explainers = EXPLAINERS + ((endpoint.explainer,) if endpoint else ())
     rows: list[dict[str, Any]] = []
     ex = per_set["explain"]
     for population in ("neurons", "latents"):
@@ -302,7 +334,12 @@ def run(
         written["smollm2"] = llm_explanations(
             acts, ex["windows"], size.top_llm, log, messages=llm_messages, model_and_tokenizer=(model, tokenizer)
         )
-        for explainer in EXPLAINERS:
+        if endpoint is not None:
+            log(f"  {population}: explaining with {endpoint.explainer} ...")
+            written[endpoint.explainer] = endpoint_explanations(
+                acts, ex["windows"], size.top_llm, log, endpoint=endpoint, messages=llm_messages
+            )
+        for explainer in explainers:
             for j, unit in enumerate(chosen[population]):
                 rows.append(
                     {
@@ -330,14 +367,94 @@ def run(
         by_column,
         per_set["probe"]["judged"],
         activations,
-        EXPLAINERS,
+        explainers,
         n_boot=size.n_boot,
         seed=size.seed,
         log=log,
     )
+    began = time.perf_counter()
+    summary["causal"] = causal_lens(out / "causal", (model, tokenizer), sae, size, log)
+    summary["causal_seconds"] = time.perf_counter() - began
     summary["seconds"] = time.perf_counter() - t0
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
+
+
+def causal_lens(out: Path, loaded: tuple[Any, Any], sae: Any, size: TokenStudySize, log: Any = print) -> dict[str, Any]:
+    """MIB's causal-variable track on the study's units: IIA of IOI's variables at layer
+    `size.layer` of SmolLM2 (`loaded`: model, tokenizer), with the featurizers of
+    `CAUSAL_LENS` at the MLP's input (the study's SAE among them) and at its hidden units (the
+    study's neurons); runs written to ``out/<site>/``. Returns the table's rows and, per
+    variable, each latent featurizer's IIA minus its neuron counterpart's (`LATENTS_AGAINST_NEURONS`),
+    with paired intervals."""
+    from neuroneval.causal import ioi_task
+    from neuroneval.causal.iia import bootstrap_difference
+    from neuroneval.causal.results import causal_table, write_causal_run
+    from neuroneval.torch.causal import evaluate_featurizers
+    from neuroneval.torch.circuits import decompose
+
+    model, tokenizer = loaded
+    decomposed, task = decompose(model), ioi_task()
+
+    def tokenize(text: str) -> list[int]:
+        return list(tokenizer(text, add_special_tokens=False).input_ids)
+
+    runs = {}
+    for site, featurizers in CAUSAL_LENS.items():
+        began = time.perf_counter()
+        runs[site] = evaluate_featurizers(
+            decomposed, task, tokenize, model_name="smollm2", featurizers=featurizers, layers=[size.layer], sae={size.layer: sae}, site=site,
+            n_train=size.causal_train, n_test=size.causal_test, size=size.causal_size, epochs=size.causal_epochs,
+            das_lr=size.das_lr, seed=size.seed, n_boot=size.n_boot,
+        )  # fmt: skip
+        write_causal_run(runs[site], out / site)
+        log(f"causal lens at the {site} site: {', '.join(featurizers)} ({time.perf_counter() - began:.0f} s)")
+    differences = []
+    for latent, neuron in LATENTS_AGAINST_NEURONS:
+        for variable in task.variables:
+            a, b = runs["mlp-input"].result(latent, variable), runs["mlp-neurons"].result(neuron, variable)
+            keep = {name: np.ones(h.shape[2], dtype=bool) for name, h in a.hits.items()}  # hits hold kept pairs only
+            (delta, interval), _ = bootstrap_difference(a.hits, b.hits, keep, n_boot=size.n_boot, seed=size.seed)
+            differences.append({"variable": variable, "latents": latent, "neurons": neuron,
+                                "difference": delta, "low": interval[0], "high": interval[1]})  # fmt: skip
+            log(f"  {variable}: {latent} - {neuron} = {delta:+.3f} [{interval[0]:+.3f}, {interval[1]:+.3f}]")
+    began = time.perf_counter()
+    whole = whole_vector_effects(decomposed, task, tokenize, size)
+    log(f"the whole vector at the residual and mlp-input sites ({time.perf_counter() - began:.0f} s)")
+    return {"iia": causal_table(list(runs.values())), "differences": differences, "whole_vector": whole}
+
+
+def whole_vector_effects(decomposed: Any, task: Any, tokenize: Any, size: TokenStudySize) -> list[dict[str, Any]]:
+    """What swapping a whole vector at layer `size.layer` does, on the causal lens's test pairs,
+    per dataset, position and site (the residual stream after the layer, and the MLP's input):
+    the share of pairs moved to the counterfactual answer (IIA) and the mean shift of the logit
+    difference, the counterfactual answer's logit minus the base answer's, from the plain run."""
+    import torch
+
+    from neuroneval.torch.causal import FullVector, Neurons, prepare, site_width, split_pairs, stacked_logits
+
+    n = 2 * (size.causal_train + size.causal_test) + 16  # the datasets `evaluate_featurizers` draws
+    rows = []
+    for data in task.datasets(n, seed=size.seed):
+        batches = prepare(decomposed, task, data, tokenize, batch_size=32)
+        _, test = split_pairs(batches, size.causal_train, size.causal_test, data.name)
+        for position, site in ((p, s) for p in task.positions for s in ("residual", "mlp-input")):
+            width = site_width(decomposed, size.layer, site)
+            hits, shifts = [], []
+            for b in test:
+                with torch.no_grad():
+                    logits = stacked_logits(
+                        decomposed, b.base, b.source, size.layer, b.base_positions[position],
+                        b.source_positions[position], [Neurons(width, []), FullVector(width)], site=site,
+                    )  # fmt: skip
+                r = torch.arange(len(b))
+                difference = logits[:, r, b.expected] - logits[:, r, b.base.top]  # [plain, swapped]
+                shifts.append(difference[1] - difference[0])
+                hits.append(logits[1].argmax(-1) == b.expected)
+            rows.append({"dataset": data.name, "variable": data.variable, "position": position, "site": site,
+                         "iia": float(torch.cat(hits).float().mean()),
+                         "shift": float(torch.cat(shifts).mean())})  # fmt: skip
+    return rows
 
 
 def judge_context_check(
@@ -384,12 +501,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--judge-check", action="store_true", help="only measure the judge's AUC against the context it is shown"
     )
+    parser.add_argument("--endpoint", metavar="URL", help="an OpenAI-compatible endpoint whose model also explains")
+    parser.add_argument("--endpoint-model", metavar="NAME", help="the endpoint's model")
+    parser.add_argument("--endpoint-key-env", metavar="NAME", default="OPENAI_API_KEY",
+                        help="the environment variable holding the endpoint's key (default: OPENAI_API_KEY)")  # fmt: skip
+    parser.add_argument("--endpoint-repetition-penalty", type=float, metavar="X",
+                        help="a repetition_penalty to send (vLLM and neuroneval label judge-server take it; OpenAI does not)")  # fmt: skip
     args = parser.parse_args(argv)
+    if (args.endpoint is None) != (args.endpoint_model is None):
+        parser.error("--endpoint and --endpoint-model go together")
+    endpoint = None
+    if args.endpoint is not None:
+        endpoint = ExplainerEndpoint(
+            args.endpoint, args.endpoint_model, args.endpoint_key_env, args.endpoint_repetition_penalty
+        )
     log = functools.partial(print, flush=True)  # progress as it happens, also into a file
     if args.judge_check:
         judge_context_check(log=log)
     else:
-        run(args.out / "sae_study_smollm2", sized(args, SMALL, FULL), log=log)
+        run(args.out / "sae_study_smollm2", sized(args, SMALL, FULL), log=log, endpoint=endpoint)
     return 0
 
 

@@ -289,6 +289,25 @@ class LocalLLMJudge(Judge):
                         ]
         return out
 
+    def generate(
+        self, ids: Sequence[int], max_new_tokens: int, repetition_penalty: float = 1.0
+    ) -> tuple[str, int, bool]:
+        """The greedy continuation of the token ids `ids`, at most `max_new_tokens` tokens (the
+        Hugging Face `repetition_penalty`, 1 for none): (its text without special tokens, how many
+        tokens it has, whether it stopped at the end-of-sequence token)."""
+        import torch
+
+        model, tokenizer = self._model()
+        with torch.inference_mode():
+            prompt = torch.tensor([list(ids)], device=self.device)
+            out = model.generate(
+                input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens,
+                do_sample=False, repetition_penalty=repetition_penalty, pad_token_id=tokenizer.eos_token_id,
+            )  # fmt: skip
+        new = out[0, prompt.shape[1] :].tolist()
+        stopped = bool(new) and new[-1] == tokenizer.eos_token_id
+        return tokenizer.decode(new, skip_special_tokens=True), len(new), stopped
+
     def _prefix_cache(self, model: Any, prefix: tuple[int, ...]) -> Any:
         import torch
 

@@ -7,7 +7,10 @@ client) at it. It answers
   and size and the dtype), which `EndpointJudge` keys its cache on;
 - ``POST /v1/chat/completions``: the chat template applied to the messages, and the next token's
   log-probabilities (``logprobs``, ``top_logprobs`` up to 20) with the most likely token as the
-  answer; ``max_tokens`` beyond 1 is refused (it is a judge, not a chat server).
+  answer. With `max_tokens` above 1 the server also writes answers of up to that many tokens
+  (a request's ``max_tokens``), by greedy decoding whatever the ``temperature``, with Hugging
+  Face's ``repetition_penalty`` when a request gives one (as vLLM's servers take it), and no
+  log-probabilities: enough to serve an explainer, such as the SAE study's endpoint explainer.
 
 The HTTP side is uvicorn (h11) serving a starlette app on one event loop; the model runs one
 request at a time on a thread of its own, so a slow or lying client never holds the model or
@@ -76,6 +79,15 @@ SERVER_OPTIONS = Options(
         "answer 429 (with Retry-After) when this many requests already wait for the model; none is no bound",
         low=0,
         optional=True,
+        metavar="N",
+    ),
+    Option(
+        "max_tokens",
+        "integer",
+        1,
+        "the longest answer, in tokens: 1 serves a judge; more also serves explainers (greedy decoding)",
+        low=1,
+        high=512,
         metavar="N",
     ),
     Option("max_body_bytes", "integer", 256 * 1024, "answer 413 to a larger request body", low=1, metavar="N"),
@@ -262,6 +274,7 @@ class JudgeServer:
         logprobs: bool = True,
         max_waiting: int | None = None,
         api_key: str | None = None,
+        max_tokens: int | None = None,
         max_body_bytes: int | None = None,
         max_prompt_tokens: int | None = None,
         read_timeout: float | None = None,
@@ -273,6 +286,7 @@ class JudgeServer:
             host=host,
             port=port,
             max_waiting=max_waiting,
+            max_tokens=max_tokens,
             max_body_bytes=max_body_bytes,
             max_prompt_tokens=max_prompt_tokens,
             read_timeout=read_timeout,
@@ -283,6 +297,7 @@ class JudgeServer:
         self.logprobs = logprobs
         self.max_waiting: int | None = values["max_waiting"]
         self.api_key = api_key
+        self.max_tokens: int = values["max_tokens"]
         self.max_body_bytes: int = values["max_body_bytes"]
         self.max_prompt_tokens: int = values["max_prompt_tokens"]
         self.read_timeout: float = values["read_timeout"]
@@ -461,8 +476,17 @@ class JudgeServer:
             )
         ):
             raise _Refusal(400, "messages must be a non-empty list of {role, content} objects with text content")
-        if body.get("max_tokens", body.get("max_completion_tokens", 1)) != 1:
-            raise _Refusal(400, "this judge server answers one token (max_tokens must be 1)")
+        wanted = body.get("max_tokens", body.get("max_completion_tokens", 1))
+        if isinstance(wanted, bool) or not isinstance(wanted, int) or not 1 <= wanted <= self.max_tokens:
+            raise _Refusal(
+                400,
+                "this judge server answers one token (max_tokens must be 1)"
+                if self.max_tokens == 1
+                else f"max_tokens must be an integer in 1..{self.max_tokens} on this server",
+            )
+        penalty = body.get("repetition_penalty", 1.0)
+        if isinstance(penalty, bool) or not isinstance(penalty, int | float) or not 0 < penalty <= 10:
+            raise _Refusal(400, "repetition_penalty must be a number in (0, 10]")
         top_n = body.get("top_logprobs") or 0
         if isinstance(top_n, bool) or not isinstance(top_n, int) or not 0 <= top_n <= TOP_LOGPROBS:
             raise _Refusal(400, f"top_logprobs must be an integer in 0..{TOP_LOGPROBS}")
@@ -494,12 +518,21 @@ class JudgeServer:
                 f"{self.max_prompt_tokens:,} tokens (max_prompt_tokens)",
                 "context_length_exceeded",
             )
+        wanted = body.get("max_tokens", body.get("max_completion_tokens", 1))
         try:
-            top = self.judge.top_tokens([ids])[0]
+            if wanted > 1:
+                written = self.judge.generate(ids, wanted, float(body.get("repetition_penalty", 1.0)))
+            else:
+                top = self.judge.top_tokens([ids])[0]
         except Exception as e:  # the model failed: the client sees a 500 and may retry
             raise _Refusal(500, f"the judge failed: {e}", "server_error") from None
         self.requests += 1
-        return self._reply(body, ids, top)
+        return self._written_reply(ids, *written) if wanted > 1 else self._reply(body, ids, top)
+
+    def _written_reply(self, ids: list[int], text: str, n_tokens: int, stopped: bool) -> dict[str, Any]:
+        return self._completion(
+            {"role": "assistant", "content": text}, None, "stop" if stopped else "length", len(ids), n_tokens
+        )
 
     def _reply(self, body: dict[str, Any], ids: list[int], top: list[tuple[str, float]]) -> dict[str, Any]:
         logprobs = None
@@ -510,19 +543,17 @@ class JudgeServer:
 
             top_n = body.get("top_logprobs") or 0
             logprobs = {"content": [{**entry(*top[0]), "top_logprobs": [entry(t, v) for t, v in top[:top_n]]}]}
+        return self._completion({"role": "assistant", "content": top[0][0]}, logprobs, "length", len(ids), 1)
+
+    def _completion(
+        self, message: dict[str, str], logprobs: Any, finish_reason: str, n_prompt: int, n_answer: int
+    ) -> dict[str, Any]:
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.model_name,
             "system_fingerprint": self.judge.model_fingerprint,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": top[0][0]},
-                    "logprobs": logprobs,
-                    "finish_reason": "length",
-                }
-            ],
-            "usage": {"prompt_tokens": len(ids), "completion_tokens": 1, "total_tokens": len(ids) + 1},
+            "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}],
+            "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_answer, "total_tokens": n_prompt + n_answer},
         }

@@ -4,8 +4,8 @@ interchange interventions, DAS and DBM training, the planted model, the track en
 - `FullVector`, `Neurons`, `PCA`, `SAEFeatures`, `DAS`, `DBM`: one `Featurizer` interface
   (`featurizers`);
 - `forward`, `intervened_logits`, `stacked_logits`: one base and one source pass per batch, then
-  the model from the intervened layer and position on, for one featurizer or several stacked
-  (`interventions`);
+  the model from the intervened layer and position on, for one featurizer or several stacked,
+  at a layer's residual stream or inside its MLP (`SITES`, `site_states`) (`interventions`);
 - `prepare`, `regroup`, `unit_hits`: a counterfactual dataset's pairs on a model (`data`);
 - `train_das`, `train_dbm`, and `train_together` for several at once (`training`);
 - `train_planted_model`: a small transformer holding a variable in a known subspace (`planted`);
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from .data import PairBatch, prepare, regroup, unit_hits
 from .featurizers import DAS, DBM, PCA, Featurizer, FullVector, Neurons, SAEFeatures, top_variance
-from .interventions import Pass, forward, intervened_logits, residuals, stacked_logits
+from .interventions import SITES, Pass, forward, intervened_logits, residuals, site_states, site_width, stacked_logits
 from .planted import PLANTED_LAYER, PLANTED_OPTIONS, PLANTED_SIZE, PlantedModel, planted_tokenize, train_planted_model
 from .track import causal_track, evaluate_featurizers, load_model, read_layer_saes, split_pairs, train_layer_saes
 from .training import Trainee, das_trainee, dbm_trainee, train_das, train_dbm, train_together
@@ -36,6 +36,7 @@ __all__ = [
     "Pass",
     "PlantedModel",
     "SAEFeatures",
+    "SITES",
     "Trainee",
     "causal_track",
     "das_trainee",
@@ -49,6 +50,8 @@ __all__ = [
     "read_layer_saes",
     "regroup",
     "residuals",
+    "site_states",
+    "site_width",
     "split_pairs",
     "stacked_logits",
     "top_variance",

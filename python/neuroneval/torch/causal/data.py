@@ -152,10 +152,13 @@ def unit_hits(
     layer: int,
     position: str,
     featurizers: Sequence[Featurizer],
+    *,
+    site: str = "residual",
 ) -> np.ndarray:
     """Bool ``[k, n]``: whether the intervened model's top next token is the expected one, per
-    featurizer of `featurizers` at (layer, position) and pair index (pairs absent from
-    `batches` stay False). Featurizers run stacked, at most `STACKED_ROWS` rows a pass."""
+    featurizer of `featurizers` at (layer, position) and `site` (`SITES`), and pair index
+    (pairs absent from `batches` stay False). Featurizers run stacked, at most
+    `STACKED_ROWS` rows a pass."""
     out = np.zeros((len(featurizers), n), dtype=bool)
     with torch.no_grad():
         for batch in batches:
@@ -165,7 +168,7 @@ def unit_hits(
             for first in range(0, len(featurizers), group):
                 logits = stacked_logits(
                     model, batch.base, batch.source, layer, batch.base_positions[position],
-                    batch.source_positions[position], featurizers[first : first + group],
+                    batch.source_positions[position], featurizers[first : first + group], site=site,
                 )  # fmt: skip
                 out[first : first + group, batch.index] = (logits.argmax(-1) == batch.expected).numpy()
     return out

@@ -12,23 +12,42 @@ to (attention is causal), and each example's output is read at its own last toke
 
 Layers are numbered as the blocks are: layer ``l`` is the residual stream after block ``l``
 (Hugging Face's ``hidden_states[l + 1]``).
+
+The site (`SITES`) says where in layer ``l`` an interchange acts: the residual stream after the
+block (MIB's track), or inside the block's MLP, on its input (after its norm) or on its hidden
+units (the input of its output projection). The MLP acts on each position alone, so an
+interchange there changes the block's output at the intervened position only, to the residual
+between attention and MLP (`DecomposedModel.middle`) plus the MLP's output from the swapped
+vector; from there the model runs as after a residual interchange.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from neuroneval.causal.results import CAUSAL_SITES
 from neuroneval.errors import ParameterError
 
 from ..circuits.models import DecomposedModel
 from .featurizers import Featurizer
 
-__all__ = ["Pass", "check_unit", "forward", "intervened_logits", "residuals", "stacked_logits"]
+__all__ = [
+    "SITES",
+    "Pass",
+    "check_unit",
+    "forward",
+    "intervened_logits",
+    "residuals",
+    "site_states",
+    "site_width",
+    "stacked_logits",
+]
 
 Tensor = torch.Tensor
+SITES = CAUSAL_SITES
 
 
 @dataclass
@@ -42,11 +61,22 @@ class Pass:
     last: Tensor
     top: Tensor
     kv: list[tuple[Tensor, Tensor]] | None = None
+    #: Per layer, once an MLP site has asked (`middle`): the residual between attention and MLP.
+    mids: dict[int, Tensor] = field(default_factory=dict)
 
     def rows(self, keep: Tensor) -> Pass:
         """The examples where `keep` (bool ``[B]``) holds."""
         kv = None if self.kv is None else [(k[:, keep], v[:, keep]) for k, v in self.kv]
-        return Pass([h[keep] for h in self.hidden], self.last[keep], self.top[keep], kv)
+        mids = {layer: m[keep] for layer, m in self.mids.items()}
+        return Pass([h[keep] for h in self.hidden], self.last[keep], self.top[keep], kv, mids)
+
+    def middle(self, model: DecomposedModel, layer: int) -> Tensor:
+        """The residual between `layer`'s attention and its MLP at every position ``[B, T, d]``
+        (`DecomposedModel.middle`), computed once per run and layer."""
+        if layer not in self.mids:
+            with torch.no_grad():
+                self.mids[layer] = model.middle(layer, self.hidden[layer])
+        return self.mids[layer]
 
     def keys_values(self, model: DecomposedModel) -> list[tuple[Tensor, Tensor]]:
         """Every block's keys and values of this run (`DecomposedModel.keys_values`): an
@@ -93,6 +123,37 @@ def forward(model: DecomposedModel, tokens: Tensor, last: Tensor | None = None) 
     return Pass(hidden, last, top)
 
 
+def _check_site(site: str) -> None:
+    if site not in SITES:
+        raise ParameterError(f"unknown site {site!r}; choose one of {', '.join(SITES)}")
+
+
+def site_width(model: DecomposedModel, layer: int, site: str) -> int:
+    """How many values a featurizer at `site` of `layer` reads."""
+    _check_site(site)
+    return model.mlp_width(layer) if site == "mlp-neurons" else model.d_model
+
+
+def site_states(model: DecomposedModel, run: Pass, layer: int, site: str) -> Tensor:
+    """The vectors at `site` of `layer` at every position of `run` ``[B, T, width]``, in the
+    model's precision."""
+    _check_site(site)
+    if site == "residual":
+        return run.hidden[layer + 1]
+    with torch.no_grad():
+        normed = model.mlp_input(layer, run.middle(model, layer))
+        return normed if site == "mlp-input" else model.mlp_neurons(layer, normed)
+
+
+def _written(model: DecomposedModel, layer: int, site: str, middle: Tensor | None, swapped: Tensor) -> Tensor:
+    """The block's output at an intervened position from its `middle` residual and the
+    `swapped` vectors at `site` (for the residual site, the swapped vectors themselves)."""
+    if middle is None:
+        return swapped
+    neurons = model.mlp_neurons(layer, swapped) if site == "mlp-input" else swapped
+    return middle + model.mlp_output(layer, neurons)
+
+
 def check_unit(model: DecomposedModel, layer: int, positions: Tensor, last: Tensor) -> None:
     """A clear error for a layer outside ``0..L-1`` or a position outside its prompt (``last``:
     each prompt's last position)."""
@@ -114,11 +175,14 @@ def intervened_logits(
     base_positions: Tensor,
     source_positions: Tensor,
     featurizer: Featurizer,
+    *,
+    site: str = "residual",
 ) -> Tensor:
     """The last position's logits ``[B, vocab]`` after the interchange of `featurizer` at
-    `layer`: each example's vector at ``base_positions[i]`` takes the source's features from
-    ``source_positions[i]``. Differentiable in the featurizer's parameters."""
-    return stacked_logits(model, base, source, layer, base_positions, source_positions, [featurizer])[0]
+    `layer`'s `site` (`SITES`): each example's vector at ``base_positions[i]`` takes the
+    source's features from ``source_positions[i]``. Differentiable in the featurizer's
+    parameters."""
+    return stacked_logits(model, base, source, layer, base_positions, source_positions, [featurizer], site=site)[0]
 
 
 def stacked_logits(
@@ -129,6 +193,8 @@ def stacked_logits(
     base_positions: Tensor,
     source_positions: Tensor,
     featurizers: Sequence[Featurizer],
+    *,
+    site: str = "residual",
 ) -> Tensor:
     """`intervened_logits` of each of `featurizers` at the same unit, ``[k, B, vocab]``, in one
     run of the later blocks over the k interventions stacked as one batch of ``k * B`` rows
@@ -140,10 +206,12 @@ def stacked_logits(
     rows = torch.arange(n, device=h.device)
     # featurizers compute in float32 whatever the model's precision
     base_vectors, source_vectors = (
-        h[rows, base_positions].float(),
-        source.hidden[layer + 1][rows, source_positions].float(),
+        site_states(model, base, layer, site)[rows, base_positions].float(),
+        site_states(model, source, layer, site)[rows, source_positions].float(),
     )
     swapped = torch.cat([f.interchange(base_vectors, source_vectors) for f in featurizers]).to(h.dtype)
+    middle = None if site == "residual" else base.middle(model, layer)[rows, base_positions].repeat(k, 1)
+    swapped = _written(model, layer, site, middle, swapped)
     # only the positions from the earliest intervened one on are run again
     start = int(base_positions.min())
     x = h[:, start:].repeat(k, 1, 1).index_put((torch.arange(k * n), (base_positions - start).repeat(k)), swapped)

@@ -32,6 +32,7 @@ from neuroneval.causal.results import (
     CAUSAL_MODELS,
     CAUSAL_OPTIONS,
     CAUSAL_SAE_OPTIONS,
+    CAUSAL_SITE_HOOKS,
     CausalRun,
     FeaturizerResult,
 )
@@ -42,7 +43,7 @@ from ..circuits.models import DecomposedModel, decompose
 from ..sae import train_topk_sae
 from .data import PairBatch, prepare, regroup, unit_hits
 from .featurizers import DAS, PCA, Featurizer, FullVector, Neurons, SAEFeatures, top_variance
-from .interventions import forward
+from .interventions import forward, site_states, site_width
 from .planted import planted_tokenize, train_planted_model
 from .training import das_trainee, dbm_trainee, train_together
 
@@ -86,12 +87,14 @@ def split_pairs(
     return out
 
 
-def _vectors(batches: Sequence[PairBatch], layer: int, position: str) -> torch.Tensor:
+def _vectors(
+    model: DecomposedModel, batches: Sequence[PairBatch], layer: int, position: str, site: str
+) -> torch.Tensor:
     rows = []
     for b in batches:
         r = torch.arange(len(b))
-        rows.append(b.base.hidden[layer + 1][r, b.base_positions[position]])
-        rows.append(b.source.hidden[layer + 1][r, b.source_positions[position]])
+        rows.append(site_states(model, b.base, layer, site)[r, b.base_positions[position]])
+        rows.append(site_states(model, b.source, layer, site)[r, b.source_positions[position]])
     return torch.cat(rows).float()
 
 
@@ -109,15 +112,17 @@ def evaluate_featurizers(
     **options: Any,
 ) -> CausalRun:
     """IIA of each of `featurizers` (`CAUSAL_FEATURIZERS`) on every variable of `task`, at the
-    residual stream after each of `layers` (default all) at each of `positions` (default the
-    task's); `sae` maps a layer to its SAE (needed by ``sae`` and ``dbm-sae``); `options` are
-    `CAUSAL_OPTIONS` (None: the declared default)."""
+    option ``site`` (the residual stream after the layer by default) of each of `layers`
+    (default all) at each of `positions` (default the task's); `sae` maps a layer to its SAE of
+    that site (needed by ``sae`` and ``dbm-sae``); `options` are `CAUSAL_OPTIONS` (None: the
+    declared default)."""
     opts = CAUSAL_OPTIONS.resolve(**options)
-    layer_list, pos_list = _check_run(model, task, featurizers, layers, positions, sae, opts["size"])
+    layer_list, pos_list = _check_run(model, task, featurizers, layers, positions, sae, opts)
     datasets = task.datasets(2 * (opts["n_train"] + opts["n_test"]) + 16, seed=opts["seed"])
     splits, described = _run_pairs(model, task, tokenize, datasets, opts, progress)
     units = [(layer, pos) for layer in layer_list for pos in pos_list]
-    fits = _fit_units(featurizers, [b for tr, _ in splits.values() for b in tr], units, sae, opts["size"])
+    train = [b for tr, _ in splits.values() for b in tr]
+    fits = _fit_units(model, featurizers, train, units, sae, opts["size"], opts["site"])
     results: list[FeaturizerResult] = []
     steps = len(task.variables) * len(units)
     for v, variable in enumerate(task.variables):
@@ -148,7 +153,7 @@ def _check_run(
     layers: Sequence[int] | None,
     positions: Sequence[str] | None,
     sae: Mapping[int, SparseAutoencoder] | None,
-    size: int,
+    opts: Mapping[str, Any],
 ) -> tuple[list[int], list[str]]:
     """The layers and positions of a run, every argument checked against the model and task."""
     unknown = [f for f in featurizers if f not in CAUSAL_FEATURIZERS]
@@ -159,19 +164,21 @@ def _check_run(
     for pos in pos_list:
         if pos not in task.positions:
             raise ParameterError(f"task {task.name!r} has the positions {', '.join(task.positions)}; got {pos!r}")
+    site, size = opts["site"], opts["size"]
+    widths = {layer: site_width(model, layer, site) for layer in layer_list}
     if any(f in ("sae", "dbm-sae") for f in featurizers):
         for layer in layer_list:
             if sae is None or layer not in sae:
                 raise ParameterError(
                     f"the sae featurizers need an SAE at every layer run; none is given for layer {layer}"
                 )
-            if sae[layer].d_in != model.d_model:
+            if sae[layer].d_in != widths[layer]:
                 raise ParameterError(
-                    f"the SAE of layer {layer} reads {sae[layer].d_in} values; the model's hidden vectors have "
-                    f"{model.d_model} (an SAE of another model?)"
+                    f"the SAE of layer {layer} reads {sae[layer].d_in} values; the model's vectors at the "
+                    f"{site} site have {widths[layer]} (an SAE of another model or site?)"
                 )
-    if size > model.d_model:
-        raise ParameterError(f"size {size} exceeds the model's hidden size {model.d_model}")
+    if layer_list and size > min(widths.values()):
+        raise ParameterError(f"size {size} exceeds the {site} site's width {min(widths.values())}")
     return layer_list, pos_list
 
 
@@ -203,17 +210,19 @@ def _run_pairs(
 
 
 def _fit_units(
+    model: DecomposedModel,
     featurizers: Sequence[str],
     train: Sequence[PairBatch],
     units: Sequence[tuple[int, str]],
     sae: Mapping[int, SparseAutoencoder] | None,
     size: int,
+    site: str,
 ) -> dict[tuple[int, str], dict[str, Any]]:
-    """Per unit, the unsupervised fits on the training pairs' vectors there: the neurons, PCA's
-    components and the SAE latents of largest variance."""
+    """Per unit, the unsupervised fits on the training pairs' vectors at `site` there: the
+    neurons, PCA's components and the SAE latents of largest variance."""
     fits: dict[tuple[int, str], dict[str, Any]] = {}
     for layer, pos in units:
-        vectors = _vectors(train, layer, pos)
+        vectors = _vectors(model, train, layer, pos, site)
         fit: dict[str, Any] = {}
         if any(f in ("neurons", "dbm-neurons") for f in featurizers):
             fit["neurons"] = top_variance(vectors, size)
@@ -257,7 +266,7 @@ def _evaluate_variable(
         for name, f in built.items():
             swapped[name][li, pi] = f.n_swapped
         for d in datasets:
-            hits = unit_hits(model, splits[d.name][1], len(d), layer, pos, list(built.values()))
+            hits = unit_hits(model, splits[d.name][1], len(d), layer, pos, list(built.values()), site=opts["site"])
             for name, h in zip(built, hits, strict=True):
                 hit[name][d.name][li, pi] = h
         testing += time.perf_counter() - began
@@ -317,7 +326,7 @@ def _build_unit(
 ) -> dict[str, Featurizer]:
     """The featurizers `names` at one unit, by name: the fitted ones from `fit`, the trained ones
     (DAS, the DBMs) trained together; each one's share of the time added to `seconds`."""
-    size, seed, width = opts["size"], opts["seed"], model.d_model
+    size, seed, width = opts["size"], opts["seed"], site_width(model, layer, opts["site"])
 
     def fixed(name: str) -> Featurizer:  # built only when asked for
         if name == "full":
@@ -335,7 +344,9 @@ def _build_unit(
             trainees[name] = dbm_trainee(FullVector(width) if inner == "neurons" else fit[inner])
     began = time.perf_counter()
     if trainees:
-        train_together(model, list(trainees.values()), train, layer, pos, epochs=opts["epochs"], seed=seed)
+        train_together(
+            model, list(trainees.values()), train, layer, pos, epochs=opts["epochs"], seed=seed, site=opts["site"]
+        )
     for name in trainees:
         seconds[name] += (time.perf_counter() - began) / len(trainees)
     return {name: trainees[name].featurizer if name in trainees else fixed(name) for name in names}
@@ -364,11 +375,11 @@ _LAYER_IN_HOOK = re.compile(r"(?:blocks|layers)\.(\d+)\.")
 
 
 def read_layer_saes(
-    directory: str | os.PathLike[str], layers: Sequence[int], width: int
+    directory: str | os.PathLike[str], layers: Sequence[int], width: int, site: str = "residual"
 ) -> dict[int, SparseAutoencoder]:
     """The SAEs of `directory`'s ``layer_<l>/`` subdirectories (SAELens layout) for `layers`,
-    checked against the model: each reads `width` values, and a hook name that names a layer
-    names its own.
+    checked against the model: each reads `width` values, a hook name that names a layer
+    names its own, and one that names a site of `CAUSAL_SITE_HOOKS` names `site`.
 
     Raises
     ------
@@ -388,9 +399,13 @@ def read_layer_saes(
             raise ParameterError(
                 f"the SAE {path} reads {sae.d_in} values; the model's hidden vectors have {width} (an SAE of another model?)"
             )
-        named = _LAYER_IN_HOOK.search(sae.hook_name or "")
+        hook = sae.hook_name or ""
+        named = _LAYER_IN_HOOK.search(hook)
         if named is not None and int(named.group(1)) != layer:
-            raise ParameterError(f"the SAE {path} reads {sae.hook_name!r}, not layer {layer}'s residual stream")
+            raise ParameterError(f"the SAE {path} reads {hook!r}, not layer {layer}'s {site} site")
+        other = [s for s, h in CAUSAL_SITE_HOOKS.items() if s != site and hook.endswith(f".{h}")]
+        if other:
+            raise ParameterError(f"the SAE {path} reads {hook!r}, the {other[0]} site, not the run's {site} site")
         out[layer] = sae
     return out
 
@@ -402,11 +417,13 @@ def train_layer_saes(
     layers: Sequence[int],
     *,
     seed: int,
+    site: str = "residual",
     progress: Progress | None = None,
     **options: Any,
 ) -> dict[int, SparseAutoencoder]:
-    """A TopK SAE per layer of `layers`, trained on the residual stream after it at every
-    position but the first of task prompts drawn apart from the pairs (`CAUSAL_SAE_OPTIONS`)."""
+    """A TopK SAE per layer of `layers`, trained on the vectors at `site` of it (the residual
+    stream after it by default) at every position but the first of task prompts drawn apart
+    from the pairs (`CAUSAL_SAE_OPTIONS`)."""
     opts = CAUSAL_SAE_OPTIONS.resolve(**options)
     settings = task.draw(opts["sae_prompts"], seed=(seed + 104729) % 2**64)
     by_length: dict[int, list[np.ndarray]] = {}
@@ -421,7 +438,8 @@ def train_layer_saes(
                 # not the first position: an attention sink whose norm reaches 80 times the others'
                 # in SmolLM2's middle layers, which a reconstruction loss would serve first (SAELens
                 # leaves the BOS token out for the same reason)
-                vectors[layer].append(run.hidden[layer + 1][:, 1:].reshape(-1, model.d_model))
+                states = site_states(model, run, layer, site)
+                vectors[layer].append(states[:, 1:].reshape(-1, states.shape[-1]))
     out = {}
     for i, layer in enumerate(layers):
         if progress is not None:
@@ -429,13 +447,13 @@ def train_layer_saes(
         x = torch.cat(vectors[layer]).float().numpy()
         sae = train_topk_sae(
             x,
-            d_sae=opts["sae_expansion"] * model.d_model,
-            k=min(opts["sae_k"], opts["sae_expansion"] * model.d_model),
+            d_sae=opts["sae_expansion"] * x.shape[1],
+            k=min(opts["sae_k"], opts["sae_expansion"] * x.shape[1]),
             epochs=opts["sae_epochs"],
             batch_size=256,
             seed=seed + layer,
         )
-        out[layer] = replace(sae, hook_name=f"blocks.{layer}.hook_resid_post")
+        out[layer] = replace(sae, hook_name=f"blocks.{layer}.{CAUSAL_SITE_HOOKS[site]}")
     return out
 
 
@@ -468,13 +486,16 @@ def causal_track(
     decomposed, tokenize = load_model(model, seed=run_opts["seed"], progress=progress, **model_opts)
     layer_list = _layers(decomposed, layers)
     saes: dict[int, SparseAutoencoder] = {}
+    site = run_opts["site"]
     if any(f in ("sae", "dbm-sae") for f in featurizers):
         if sae is not None:
-            saes = read_layer_saes(sae, layer_list, decomposed.d_model)
+            width = site_width(decomposed, layer_list[0], site)  # every layer's, in the models run here
+            saes = read_layer_saes(sae, layer_list, width, site)
         else:
             saes = train_layer_saes(
-                decomposed, the_task, tokenize, layer_list, seed=run_opts["seed"], progress=progress, **sae_opts
-            )
+                decomposed, the_task, tokenize, layer_list, seed=run_opts["seed"], site=site, progress=progress,
+                **sae_opts,
+            )  # fmt: skip
     result = evaluate_featurizers(
         decomposed, the_task, tokenize, model_name=model, featurizers=featurizers, layers=layer_list,
         positions=positions, sae=saes or None, progress=progress, **run_opts,

@@ -19,7 +19,7 @@ import torch
 from ..circuits.models import DecomposedModel
 from .data import PairBatch
 from .featurizers import DAS, DBM, Featurizer
-from .interventions import stacked_logits
+from .interventions import site_width, stacked_logits
 
 __all__ = ["SPARSITY", "Trainee", "das_trainee", "dbm_trainee", "train_das", "train_dbm", "train_together"]
 
@@ -73,10 +73,11 @@ def train_together(
     epochs: int,
     seed: int,
     on_step: Callable[[int, int], None] | None = None,
+    site: str = "residual",
 ) -> list[Featurizer]:
-    """Each trainee trained at (layer, position) over `batches` (kept pairs) for `epochs` in a
-    seeded order, by Adam with the model frozen; returned hard. The trainees' interventions run
-    stacked (`stacked_logits`) and their losses are summed: their parameters are disjoint and
+    """Each trainee trained at (layer, position) and `site` (`SITES`) over `batches` (kept
+    pairs) for `epochs` in a seeded order, by Adam with the model frozen; returned hard. The
+    trainees' interventions run stacked (`stacked_logits`) and their losses are summed: their parameters are disjoint and
     Adam's update is per parameter, so each learns what it would alone. `on_step` gets (step,
     steps)."""
     frozen = [p.requires_grad for p in model.model.parameters()]
@@ -92,7 +93,7 @@ def train_together(
                 batch = batches[int(i)]
                 logits = stacked_logits(
                     model, batch.base, batch.source, layer, batch.base_positions[position],
-                    batch.source_positions[position], [t.featurizer for t in trainees],
+                    batch.source_positions[position], [t.featurizer for t in trainees], site=site,
                 )  # fmt: skip
                 loss = sum(
                     (torch.nn.functional.cross_entropy(out, batch.expected) + t.penalty()
@@ -126,10 +127,12 @@ def train_das(
     seed: int,
     lr: float,
     sparsity: float = SPARSITY,
+    site: str = "residual",
 ) -> DAS:
-    """A DAS rotation trained alone at (layer, position) (`das_trainee`, `train_together`)."""
-    trainee = das_trainee(model.d_model, size, seed=seed, lr=lr, sparsity=sparsity)
-    train_together(model, [trainee], batches, layer, position, epochs=epochs, seed=seed)
+    """A DAS rotation trained alone at (layer, position) and `site` (`das_trainee`,
+    `train_together`)."""
+    trainee = das_trainee(site_width(model, layer, site), size, seed=seed, lr=lr, sparsity=sparsity)
+    train_together(model, [trainee], batches, layer, position, epochs=epochs, seed=seed, site=site)
     assert isinstance(trainee.featurizer, DAS)
     return trainee.featurizer
 
@@ -144,10 +147,11 @@ def train_dbm(
     epochs: int,
     seed: int,
     sparsity: float = SPARSITY,
+    site: str = "residual",
 ) -> DBM:
-    """MIB's DBM over `inner`'s features trained alone at (layer, position) (`dbm_trainee`,
-    `train_together`)."""
+    """MIB's DBM over `inner`'s features trained alone at (layer, position) and `site`
+    (`dbm_trainee`, `train_together`)."""
     trainee = dbm_trainee(inner, sparsity=sparsity)
-    train_together(model, [trainee], batches, layer, position, epochs=epochs, seed=seed)
+    train_together(model, [trainee], batches, layer, position, epochs=epochs, seed=seed, site=site)
     assert isinstance(trainee.featurizer, DBM)
     return trainee.featurizer

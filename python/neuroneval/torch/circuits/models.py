@@ -310,6 +310,12 @@ class DecomposedModel:
         `x` is the layer's input at every position ``[B, T, d]`` (the earlier ones read as keys
         and values only), or, with `past` (`keys_values` of the positions before `start`), at the
         positions from `start` on only ``[B, T - start, d]``."""
+        y = self.middle(layer, x, start, past)
+        return y + self.mlp(layer, y)
+
+    def middle(self, layer: int, x: Tensor, start: int = 0, past: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """The residual stream between `layer`'s attention and its MLP (the MLP's input before
+        its norm), at the positions from `start` on; the arguments are `block`'s."""
         a = self._attention_weights(layer)
         normed = a.norm(x)
         if past is None:
@@ -331,8 +337,7 @@ class DecomposedModel:
         n_heads, _, hd = a.wo.shape
         wo = a.wo.permute(1, 0, 2).reshape(-1, n_heads * hd)  # [d, H * hd]
         attended = torch.nn.functional.linear(heads.permute(1, 2, 0, 3).flatten(2), wo)
-        y = x + (attended if a.bo is None else attended + a.bo)
-        return y + self.mlp(layer, y)
+        return x + (attended if a.bo is None else attended + a.bo)
 
     def input_gradients(self, layer: int, x: Tensor, grads: Sequence[Tensor]) -> list[Tensor]:
         """Each head's query, key and value input gradients ``[H, B, T, d]`` from the gradients of
@@ -354,6 +359,30 @@ class DecomposedModel:
         if self.kind == "gpt2":
             return cast(Tensor, block.mlp(block.ln_2(x)))
         return cast(Tensor, block.mlp(block.post_attention_layernorm(x)))
+
+    def mlp_input(self, layer: int, y: Tensor) -> Tensor:
+        """The MLP's input: its norm of the residual `y` between attention and MLP (`middle`)."""
+        block = self._block(layer)
+        return cast(Tensor, block.ln_2(y) if self.kind == "gpt2" else block.post_attention_layernorm(y))
+
+    def mlp_neurons(self, layer: int, normed: Tensor) -> Tensor:
+        """The MLP's hidden units from its input `normed` (`mlp_input`): the input of its output
+        projection (GELU(fc) for GPT-2, SiLU(gate) x up for the LLaMA family)."""
+        mlp = self._block(layer).mlp
+        if self.kind == "gpt2":
+            return cast(Tensor, mlp.act(mlp.c_fc(normed)))
+        return cast(Tensor, mlp.act_fn(mlp.gate_proj(normed)) * mlp.up_proj(normed))
+
+    def mlp_output(self, layer: int, neurons: Tensor) -> Tensor:
+        """The MLP's output from its hidden units (`mlp_neurons`)."""
+        mlp = self._block(layer).mlp
+        return cast(Tensor, mlp.dropout(mlp.c_proj(neurons)) if self.kind == "gpt2" else mlp.down_proj(neurons))
+
+    def mlp_width(self, layer: int) -> int:
+        """How many hidden units `layer`'s MLP has."""
+        mlp = self._block(layer).mlp
+        weight = mlp.c_fc.weight if self.kind == "gpt2" else mlp.up_proj.weight
+        return int(weight.shape[1] if self.kind == "gpt2" else weight.shape[0])
 
     def final_hidden(self, x: Tensor) -> Tensor:
         """The final norm of the logits node's input."""
