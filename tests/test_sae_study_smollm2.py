@@ -49,6 +49,14 @@ def test_marked_windows_and_top_tokens() -> None:
     assert study.top_token_explanations(acts, tokens, top=3) == ["words like bank, river", "words like ., bank, river"]
 
 
+def test_population_shape_against_a_count_by_hand() -> None:
+    tokens = [" a", " b", " a", " c", " a", " b"]
+    acts = np.array([[5, 0], [4, -1], [3, 0], [-1, 2], [0, 1], [1, 3]], dtype=np.float32)
+    shape = study.population_shape(acts, tokens, top=3)
+    # unit 0: positive on 4 of 6, top 3 = a, b, a (2 of 3 are "a", 2 distinct); unit 1: 3 of 6, top 3 = b, c, a
+    assert shape == pytest.approx({"positive": 7 / 12, "top_common": (2 / 3 + 1 / 3) / 2, "top_distinct": 2.5})
+
+
 def test_neurons_are_the_down_projection_input(smollm2: tuple[Any, Any]) -> None:
     """The module `expose_neurons` names outputs what layer 15's down_proj receives (a
     pre-hook on the projection, written here), and the model's logits do not move."""

@@ -26,11 +26,18 @@ asks it of a causal LM's feed-forward "key-value memories", per token. Here:
 4. **Explainers**: ``lexicon`` (the empath category whose presence in the token best matches
    the unit's top 5% tokens, IoU), ``top-tokens`` (the three tokens most often among the unit's
    `top_tokens` highest), ``smollm2`` (SmolLM2 itself asked what the marked words of its top
-   `top_llm` windows have in common). Then `sae_study.judge_and_compare`: explainers ranked
-   with paired intervals within each population, latents against neurons with unpaired ones.
+   `top_llm` windows have in common); with `endpoint`, also the model behind an
+   OpenAI-compatible endpoint, asked the same (``openai:<model>``). Then
+   `sae_study.judge_and_compare`: explainers ranked with paired intervals within each
+   population, latents against neurons with unpaired ones.
+5. **The causal lens** (`causal_lens`): MIB's causal-variable track on IOI at the same layer,
+   the SAE's latents at the MLP's input and the neurons at its hidden units (`CAUSAL_LENS`),
+   latents against neurons with paired intervals, and what swapping the whole residual stream or
+   MLP input there does (`whole_vector_effects`).
 
 Writes ``DIR/sae_study_smollm2/`` with the files of the MiniLM study (``explanations.csv``,
-``neurons/``, ``latents/``, ``populations.csv``, ``summary.json``, the SAE, and per population
+``neurons/``, ``latents/``, ``populations.csv``, ``summary.json``, the SAE in ``saes/layer_<l>/``
+(which ``neuroneval causal run --sae`` reads), the lens's runs in ``causal/<site>/``, and per population
 the probing activations, concepts and explanations that ``neuroneval compare`` reads). The
 probing activations hold the drawn units only, so their explanations name a unit by its column
 there; ``explanations.csv`` gives both (``unit``: the model's neuron or SAE latent, ``column``).
@@ -74,15 +81,21 @@ from .sae_study import (
 )
 
 __all__ = [
+    "CAUSAL_LENS",
     "EXPLAINERS",
     "FULL",
+    "LATENTS_AGAINST_NEURONS",
+    "SAES",
     "SMALL",
     "TokenStudySize",
+    "causal_lens",
     "expose_neurons",
     "judge_context_check",
     "main",
     "marked_windows",
+    "population_shape",
     "run",
+    "whole_vector_effects",
 ]
 
 
@@ -224,6 +237,22 @@ def top_token_explanations(acts: np.ndarray, tokens: Sequence[str], top: int) ->
     return out
 
 
+def population_shape(acts: np.ndarray, tokens: Sequence[str], top: int) -> dict[str, float]:
+    """What a population's units are like on tokens (columns of `acts`), as means over units:
+    the share of tokens a unit is positive on, and among its `top` highest tokens the share of
+    its most common token and the number of distinct tokens."""
+    common, distinct = [], []
+    for u in range(acts.shape[1]):
+        counts = Counter(tokens[i].strip() for i in np.argsort(-acts[:, u], kind="stable")[:top])
+        common.append(counts.most_common(1)[0][1] / top)
+        distinct.append(len(counts))
+    return {
+        "positive": float((acts > 0).mean()),
+        "top_common": float(np.mean(common)),
+        "top_distinct": float(np.mean(distinct)),
+    }
+
+
 # --------------------------------------------------------------------------- the study
 
 
@@ -324,8 +353,11 @@ def run(
     explainers = EXPLAINERS + ((endpoint.explainer,) if endpoint else ())
     rows: list[dict[str, Any]] = []
     ex = per_set["explain"]
+    shapes = {}
     for population in ("neurons", "latents"):
         acts = ex[population][:, chosen[population]]
+        shapes[population] = population_shape(acts, ex["tokens"], size.top_tokens)
+        log(f"  {population}: " + ", ".join(f"{k} {v:.3f}" for k, v in shapes[population].items()))
         written = {
             "lexicon": lexicon_explanations(acts, ex["judged"]),
             "top-tokens": top_token_explanations(acts, ex["tokens"], size.top_tokens),
@@ -360,6 +392,7 @@ def run(
         "fvu": fvu,
         "corpus_sentences": corpus,
         "tokens": {"train": int(x.shape[0]), "explain": n_explain, "probe": n_probe},
+        "shapes": shapes,
     }
     activations = {population: per_set["probe"][population][:, chosen[population]] for population in chosen}
     summary["populations"] = judge_and_compare(
