@@ -273,7 +273,7 @@ def test_mlp_site_interchange_equals_a_hook_on_the_module(tiny, site, width, lay
     torch.testing.assert_close(whole[0], whole[1], atol=2e-5, rtol=1e-5)
     with pytest.raises(ShapeError, match="reads hidden vectors of 32 values; the model's have 64"):
         intervened_logits(model, run_base, run_source, layer, base_pos, source_pos, FullVector(32), site="mlp-neurons")
-    with pytest.raises(ParameterError, match="unknown site 'mlp'; choose one of residual, mlp-input, mlp-neurons"):
+    with pytest.raises(ParameterError, match="site must be one of 'residual', 'mlp-input', 'mlp-neurons'"):
         intervened_logits(model, run_base, run_source, layer, base_pos, source_pos, FullVector(32), site="mlp")
 
 

@@ -89,7 +89,9 @@ def test_ugs_learns_the_known_circuit_as_its_objective_falls(known) -> None:
     objectives: list[float] = []
     alpha = _ugs_scores(model, batches, steps=200, sparsity=1e-3, seed=3, on_step=objectives.append)
     assert alpha.shape == (model.graph.n_edges,) and ((alpha > 0) & (alpha < 1)).all()
-    first, last = np.mean(objectives[:20]), np.mean(objectives[-20:])
+    # each step's objective is one draw of the stochastic masks on one batch (it ranges over
+    # 0.4-11 here): the halves' means, not 20 steps', are what a trend can be read from
+    first, last = np.mean(objectives[:100]), np.mean(objectives[100:])
     assert last < 0.95 * first, (first, last)
     assert auroc(model.graph, alpha, known.circuit) > 0.9
     assert alpha[known.circuit].min() > np.median(alpha[~known.circuit])

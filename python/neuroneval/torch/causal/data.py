@@ -153,7 +153,7 @@ def unit_hits(
     position: str,
     featurizers: Sequence[Featurizer],
     *,
-    site: str = "residual",
+    site: str | None = None,
 ) -> np.ndarray:
     """Bool ``[k, n]``: whether the intervened model's top next token is the expected one, per
     featurizer of `featurizers` at (layer, position) and `site` (`SITES`), and pair index

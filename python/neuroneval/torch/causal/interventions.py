@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from neuroneval.causal.results import CAUSAL_SITES
+from neuroneval.causal.results import CAUSAL_OPTIONS, CAUSAL_SITES
 from neuroneval.errors import ParameterError
 
 from ..circuits.models import DecomposedModel
@@ -41,6 +41,7 @@ __all__ = [
     "forward",
     "intervened_logits",
     "residuals",
+    "resolve_site",
     "site_states",
     "site_width",
     "stacked_logits",
@@ -123,21 +124,20 @@ def forward(model: DecomposedModel, tokens: Tensor, last: Tensor | None = None) 
     return Pass(hidden, last, top)
 
 
-def _check_site(site: str) -> None:
-    if site not in SITES:
-        raise ParameterError(f"unknown site {site!r}; choose one of {', '.join(SITES)}")
+def resolve_site(site: str | None) -> str:
+    """`site` checked against `SITES` (None: the declared default, the residual stream)."""
+    return str(CAUSAL_OPTIONS.only("site").resolve(site=site)["site"])
 
 
-def site_width(model: DecomposedModel, layer: int, site: str) -> int:
+def site_width(model: DecomposedModel, layer: int, site: str | None = None) -> int:
     """How many values a featurizer at `site` of `layer` reads."""
-    _check_site(site)
-    return model.mlp_width(layer) if site == "mlp-neurons" else model.d_model
+    return model.mlp_width(layer) if resolve_site(site) == "mlp-neurons" else model.d_model
 
 
-def site_states(model: DecomposedModel, run: Pass, layer: int, site: str) -> Tensor:
+def site_states(model: DecomposedModel, run: Pass, layer: int, site: str | None = None) -> Tensor:
     """The vectors at `site` of `layer` at every position of `run` ``[B, T, width]``, in the
     model's precision."""
-    _check_site(site)
+    site = resolve_site(site)
     if site == "residual":
         return run.hidden[layer + 1]
     with torch.no_grad():
@@ -176,7 +176,7 @@ def intervened_logits(
     source_positions: Tensor,
     featurizer: Featurizer,
     *,
-    site: str = "residual",
+    site: str | None = None,
 ) -> Tensor:
     """The last position's logits ``[B, vocab]`` after the interchange of `featurizer` at
     `layer`'s `site` (`SITES`): each example's vector at ``base_positions[i]`` takes the
@@ -194,11 +194,12 @@ def stacked_logits(
     source_positions: Tensor,
     featurizers: Sequence[Featurizer],
     *,
-    site: str = "residual",
+    site: str | None = None,
 ) -> Tensor:
     """`intervened_logits` of each of `featurizers` at the same unit, ``[k, B, vocab]``, in one
     run of the later blocks over the k interventions stacked as one batch of ``k * B`` rows
     (wider products: several featurizers cost less together than one after another)."""
+    site = resolve_site(site)
     check_unit(model, layer, base_positions, base.last)
     check_unit(model, layer, source_positions, source.last)
     h = base.hidden[layer + 1]

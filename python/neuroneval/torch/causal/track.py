@@ -43,7 +43,7 @@ from ..circuits.models import DecomposedModel, decompose
 from ..sae import train_topk_sae
 from .data import PairBatch, prepare, regroup, unit_hits
 from .featurizers import DAS, PCA, Featurizer, FullVector, Neurons, SAEFeatures, top_variance
-from .interventions import forward, site_states, site_width
+from .interventions import forward, resolve_site, site_states, site_width
 from .planted import planted_tokenize, train_planted_model
 from .training import das_trainee, dbm_trainee, train_together
 
@@ -375,7 +375,7 @@ _LAYER_IN_HOOK = re.compile(r"(?:blocks|layers)\.(\d+)\.")
 
 
 def read_layer_saes(
-    directory: str | os.PathLike[str], layers: Sequence[int], width: int, site: str = "residual"
+    directory: str | os.PathLike[str], layers: Sequence[int], width: int, site: str | None = None
 ) -> dict[int, SparseAutoencoder]:
     """The SAEs of `directory`'s ``layer_<l>/`` subdirectories (SAELens layout) for `layers`,
     checked against the model: each reads `width` values, a hook name that names a layer
@@ -388,7 +388,7 @@ def read_layer_saes(
     ParameterError
         An SAE of another width or layer (an SAE of another model, or misplaced).
     """
-    root = Path(directory)
+    root, site = Path(directory), resolve_site(site)
     out = {}
     for layer in layers:
         path = root / f"layer_{layer}"
@@ -417,14 +417,14 @@ def train_layer_saes(
     layers: Sequence[int],
     *,
     seed: int,
-    site: str = "residual",
+    site: str | None = None,
     progress: Progress | None = None,
     **options: Any,
 ) -> dict[int, SparseAutoencoder]:
     """A TopK SAE per layer of `layers`, trained on the vectors at `site` of it (the residual
     stream after it by default) at every position but the first of task prompts drawn apart
     from the pairs (`CAUSAL_SAE_OPTIONS`)."""
-    opts = CAUSAL_SAE_OPTIONS.resolve(**options)
+    opts, site = CAUSAL_SAE_OPTIONS.resolve(**options), resolve_site(site)
     settings = task.draw(opts["sae_prompts"], seed=(seed + 104729) % 2**64)
     by_length: dict[int, list[np.ndarray]] = {}
     for s in settings:

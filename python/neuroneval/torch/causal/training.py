@@ -73,7 +73,7 @@ def train_together(
     epochs: int,
     seed: int,
     on_step: Callable[[int, int], None] | None = None,
-    site: str = "residual",
+    site: str | None = None,
 ) -> list[Featurizer]:
     """Each trainee trained at (layer, position) and `site` (`SITES`) over `batches` (kept
     pairs) for `epochs` in a seeded order, by Adam with the model frozen; returned hard. The
@@ -127,7 +127,7 @@ def train_das(
     seed: int,
     lr: float,
     sparsity: float = SPARSITY,
-    site: str = "residual",
+    site: str | None = None,
 ) -> DAS:
     """A DAS rotation trained alone at (layer, position) and `site` (`das_trainee`,
     `train_together`)."""
@@ -147,7 +147,7 @@ def train_dbm(
     epochs: int,
     seed: int,
     sparsity: float = SPARSITY,
-    site: str = "residual",
+    site: str | None = None,
 ) -> DBM:
     """MIB's DBM over `inner`'s features trained alone at (layer, position) and `site`
     (`dbm_trainee`, `train_together`)."""
