@@ -14,7 +14,9 @@ label for every input. The CVPR 2026 recipe makes it affordable:
    rater ids, ``eta="estimate"`` fits each rater's own error rate (one-coin Dawid-Skene, EM).
 3. `estimate`: the importance-weighted correlation with a standard error and a confidence
    interval.
-4. `simulate`: all of it with simulated raters on real activations and true labels, to plan a
+4. `sequential_finished`, `votes_to_ask`, `sequential_labels`: raters asked one at a time about
+   an input until BRAgg's posterior is sure, with labels debiased for that stopping rule.
+5. `simulate`: all of it with simulated raters on real activations and true labels, to plan a
    budget: the relative correlation error (RCE) per configuration and budget.
 
 Each step's options (their defaults, domains and help, which the command line's flags show)
@@ -50,6 +52,7 @@ from .aggregation import (
 )
 from .estimation import ESTIMATE_OPTIONS, ESTIMATORS, INTERVALS, default_interval, estimate
 from .sampling import CONFIGURATIONS, METHODS, PLAN_OPTIONS, TASK_OPTIONS, Plan, plan, proposal
+from .sequential import SEQUENTIAL_OPTIONS, posterior_path, sequential_finished, sequential_labels, votes_to_ask
 from .simulation import (
     SIMULATE_OPTIONS,
     Simulation,
@@ -69,6 +72,7 @@ __all__ = [
     "INTERVALS",
     "METHODS",
     "PLAN_OPTIONS",
+    "SEQUENTIAL_OPTIONS",
     "SIMULATE_OPTIONS",
     "TASK_OPTIONS",
     "Plan",
@@ -83,7 +87,11 @@ __all__ = [
     "label_attenuation",
     "needed_budgets",
     "plan",
+    "posterior_path",
     "proposal",
     "rater_error_rates",
+    "sequential_finished",
+    "sequential_labels",
     "simulate",
+    "votes_to_ask",
 ]

@@ -27,7 +27,7 @@ from .._coerce import (
 )
 from ..errors import EmptyInputError, LabelError, ParameterError, ShapeError
 from ..options import Option, Options
-from .aggregation import _vote_labels
+from .aggregation import _posterior, _vote_labels
 from .estimation import LEVEL, _composite, _debiased_value, _delta_se, _plug_in_value, _terms
 from .sampling import (
     _PRIOR_CLIP,
@@ -44,14 +44,27 @@ from .sampling import (
     _standardise,
     proposal,
 )
+from .sequential import SEQUENTIAL_OPTIONS, _debiased, _finished
 
 #: The relative correlation error to reach.
 TARGET = Option("target", "real", 0.275, "the RCE to reach", low=0.0)
+
+#: How raters are asked: a fixed number per shown input, or one at a time until sure.
+RATING = Option(
+    "rating",
+    "choice",
+    "fixed",
+    "fixed: raters_per_input votes on every shown input; sequential: one vote at a time until BRAgg's posterior "
+    "reaches the confidence either way, at most raters_per_input",
+    choices=("fixed", "sequential"),
+)
 
 #: `simulate`'s options (raters_per_input also takes a sequence of them, to compare).
 SIMULATE_OPTIONS = Options(
     replace(ETA, help="the simulated raters' error rate"),
     RATERS,
+    RATING,
+    SEQUENTIAL_OPTIONS["confidence"],
     Option("trials", "integer", 20, "trials per configuration and budget", low=1, metavar="N"),
     GAMMA,
     PRIOR,
@@ -86,6 +99,7 @@ class Simulation:
     budgets: tuple[int, ...] = field(default=())
     raters: tuple[int, ...] = field(default=(RATERS.default,))
     level: float = LEVEL.default
+    rating: str = RATING.default
 
     @property
     def model_rce(self) -> float:
@@ -280,6 +294,8 @@ def simulate(
     configurations: Sequence[tuple[Sampling, Method]] = CONFIGURATIONS,
     eta: float | None = None,
     raters_per_input: int | Sequence[int] | None = None,
+    rating: Literal["fixed", "sequential"] | None = None,
+    confidence: float | None = None,
     trials: int | None = None,
     gamma: float | None = None,
     prior: float | Literal["model"] | None = None,
@@ -318,11 +334,17 @@ def simulate(
         skipped for m).
     raters_per_input : int or sequence of int
         Raters per shown input: one value, or several to compare (`Simulation.cheapest` picks
-        the cheapest per configuration).
+        the cheapest per configuration); with ``rating="sequential"``, the most raters an input
+        is asked.
+    rating : "fixed" or "sequential"
+        "sequential" asks one rater at a time about each shown input until BRAgg's posterior
+        (with `prior`) reaches `confidence` either way (`neuroneval.crowd.sequential`); a budget
+        then buys as many draws as the votes they took fit in, and "debiased" labels are
+        debiased for the stopping rule (`sequential_labels`), so its estimator stays unbiased.
     level : float
         The level of the delta-method intervals whose coverage is reported.
-    eta, trials, gamma, prior, target, seed
-        The defaults and domains of these and of the two above: see `SIMULATE_OPTIONS`.
+    eta, confidence, trials, gamma, prior, target, seed
+        The defaults and domains of these and of the ones above: see `SIMULATE_OPTIONS`.
     progress : bool
         A progress bar over (sampling, raters, pair) steps on a terminal.
 
@@ -340,8 +362,9 @@ def simulate(
     0.078
     """
     values = SIMULATE_OPTIONS.but("raters_per_input").resolve(
-        eta=eta, trials=trials, gamma=gamma, prior=prior, target=target, level=level, seed=seed
-    )
+        eta=eta, rating=rating, confidence=confidence, trials=trials, gamma=gamma, prior=prior, target=target,
+        level=level, seed=seed,
+    )  # fmt: skip
     raters = _check_raters(raters_per_input)
     progress = check_flag(progress, "progress")
     a, y, chat, pair_array = _simulation_data(activations, labels, concept_model, pairs)
@@ -361,6 +384,7 @@ def simulate(
         tuple(budget_list),
         raters,
         values["level"],
+        values["rating"],
     )
 
 
@@ -449,14 +473,15 @@ def _simulate_all(
     for sampling in samplings:
         methods = [m for s, m in configurations if s == sampling]
         for m in raters:
-            budgets_m = np.array([b for b in budget_list if b >= m], dtype=np.int64)
+            least = 1 if values["rating"] == "sequential" else m  # the fewest ratings a draw takes
+            budgets_m = np.array([b for b in budget_list if b >= least], dtype=np.int64)
             if budgets_m.size == 0:
                 bar.update(n_pairs)
                 continue
             out = _no_errors_yet(methods, budgets_m, values["trials"], n_pairs)
             for pi, (k, t) in enumerate(data.pairs):
                 rng = np.random.default_rng([values["seed"], _SAMPLINGS.index(sampling), m, pi])
-                _simulate_pair(out, data, pi, k, t, sampling, m, budgets_m // m, values, z, rng)
+                _simulate_pair(out, data, pi, k, t, sampling, m, budgets_m, values, z, rng)
                 bar.update(1)
             for method in methods:
                 results[(sampling, method, m)] = out[method]
@@ -477,6 +502,7 @@ def _no_errors_yet(
             "covered": np.empty(shape, dtype=bool),
             "nan": np.zeros(budgets.size, dtype=np.int64),
             "ratings": np.zeros(budgets.size),
+            "draws": np.zeros(budgets.size),
         }
         for method in methods
     }
@@ -505,7 +531,7 @@ def _rce_rows(
                         "aggregation": method,
                         "raters": m,
                         "budget": int(budget),
-                        "inputs": int(budget) // m,
+                        "inputs": int(round(result["draws"][j] / (trials * n_pairs))),
                         "rce": float(per_trial[:, j].mean()),
                         "rce_se": float(per_trial[:, j].std(ddof=1) / math.sqrt(trials)) if trials > 1 else math.nan,
                         "bias": float(result["signed"][:, j].mean()),
@@ -538,7 +564,7 @@ def _simulate_pair(
     t: int,
     sampling: str,
     m: int,
-    draws_at: npt.NDArray[np.int64],
+    budgets: npt.NDArray[np.int64],
     values: dict[str, Any],
     z: float,
     rng: np.random.Generator,
@@ -547,8 +573,9 @@ def _simulate_pair(
     the draws and votes of the largest budget, prefix sums of the estimators' terms for the others."""
     a, y, chat, rho = data.a[:, k], data.y[:, t], data.chat[:, t], data.rho[pi]
     trials, eta, prior = values["trials"], values["eta"], values["prior"]
+    sequential = values["rating"] == "sequential"
     n = a.size
-    n_max = int(draws_at[-1])
+    n_max = int(budgets[-1]) if sequential else int(budgets[-1]) // m  # a draw costs at least 1 or m ratings
     abar = _standardise(a)
     assert abar is not None  # the true correlation is defined
     drawn, w = _draw(rng, sampling, a, chat, values["gamma"], (trials, n_max))
@@ -556,49 +583,101 @@ def _simulate_pair(
     keys = drawn + n * np.arange(trials)[:, None]
     shown, first, inverse = np.unique(keys.ravel(), return_index=True, return_inverse=True)
     shown_input = shown % n
-    positive = rng.binomial(m, np.where(y[shown_input] > 0, 1.0 - eta, eta)).astype(np.float64)
+    prior_items: Any = np.clip(chat[shown_input], *_PRIOR_CLIP) if prior == "model" else prior
+    present = np.where(y[shown_input] > 0, 1.0 - eta, eta)
+    if sequential:
+        positive, votes = _sequential_votes(rng, present, eta, prior_items, values["confidence"], m)
+    else:
+        positive, votes = rng.binomial(m, present).astype(np.float64), np.full(shown.size, float(m))
     is_first = np.zeros(keys.size, dtype=bool)
     is_first[first] = True
-    distinct = np.cumsum(is_first.reshape(trials, n_max), axis=1)[:, draws_at - 1]
-    prior_items: Any = np.clip(chat[shown_input], *_PRIOR_CLIP) if prior == "model" else prior
+    spent = np.cumsum(np.where(is_first, votes[inverse], 0.0).reshape(trials, n_max), axis=1)
+    # draws each budget buys in each trial: budget // m at a fixed m (a repeated input is not rated
+    # again); sequentially, all whose votes fit in it
+    if sequential:
+        count = np.stack([np.searchsorted(row, budgets, side="right") for row in spent])
+    else:
+        count = np.broadcast_to(budgets // m, (trials, budgets.size))
+    at = np.maximum(count - 1, 0)
+    nn = count.astype(np.float64)
     ab = abar[drawn]
-    at = draws_at - 1
-    nn = draws_at.astype(np.float64)
+    rule = (prior_items, values["confidence"], m) if sequential else None
     estimates: dict[str, tuple[Array, Array]] = {}
+
+    def prefix(x: Array) -> Array:
+        """The sums of `x` (trials, n_max, ...) over each trial's draws within each budget."""
+        index = at.reshape(at.shape + (1,) * (x.ndim - 2))
+        return np.take_along_axis(np.cumsum(x, axis=1), np.broadcast_to(index, at.shape + x.shape[2:]), axis=1)
 
     def estimated(method: str) -> tuple[Array, Array]:
         """The estimate and delta-method SE at every budget, once per aggregation."""
         if method not in estimates:
             debiased = method == "debiased"
-            c = _vote_labels(method, positive, float(m), eta, prior_items)[inverse].reshape(trials, n_max)
+            c = _item_labels(method, positive, votes, eta, prior_items, rule)[inverse].reshape(trials, n_max)
             terms = _terms(w, ab, c, debiased)  # (trials, n_max, d)
-            mean = np.cumsum(terms, axis=1)[:, at] / nn[None, :, None]
-            cross = np.cumsum(terms[..., :, None] * terms[..., None, :], axis=1)[:, at]
             with np.errstate(invalid="ignore", divide="ignore"):
-                cov = (cross - nn[None, :, None, None] * mean[..., :, None] * mean[..., None, :]) / (
-                    nn[None, :, None, None] - 1.0
+                mean = prefix(terms) / nn[..., None]
+                cross = prefix(terms[..., :, None] * terms[..., None, :])
+                cov = (cross - nn[..., None, None] * mean[..., :, None] * mean[..., None, :]) / (
+                    nn[..., None, None] - 1.0
                 )
             if debiased:
                 value = _debiased_value(mean[..., 0], mean[..., 1])
             else:
-                varied = np.minimum.accumulate(c, axis=1)[:, at] < np.maximum.accumulate(c, axis=1)[:, at]
-                value = _plug_in_value(mean[..., 0], mean[..., 1], mean[..., 2], varied)
-            estimates[method] = (value, _delta_se(mean, cov, nn[None, :], debiased))
+                low = np.take_along_axis(np.minimum.accumulate(c, axis=1), at, axis=1)
+                high = np.take_along_axis(np.maximum.accumulate(c, axis=1), at, axis=1)
+                value = _plug_in_value(mean[..., 0], mean[..., 1], mean[..., 2], low < high)
+            estimates[method] = (value, _delta_se(mean, cov, nn, debiased))
         return estimates[method]
 
+    used = np.where(count > 0, np.take_along_axis(spent, at, axis=1), 0.0)
     for method, result in out.items():
         if method == "composite":
             estimate_, _, half = _composite(*estimated("bragg"), *estimated("debiased"), z)
         else:
             estimate_, se = estimated(method)
             half = z * se
+        estimate_ = np.where(count > 0, estimate_, np.nan)  # no draw fits in the budget
         nan = ~np.isfinite(estimate_)
         result["nan"] += nan.sum(axis=0)
         filled = np.where(nan, 0.0, estimate_)
         result["error"][:, :, pi] = np.abs(filled - rho) / abs(rho)
         result["signed"][:, :, pi] = (filled - rho) / abs(rho)
         result["covered"][:, :, pi] = np.abs(estimate_ - rho) <= half  # NaN compares False
-        result["ratings"] += m * distinct.mean(axis=0)
+        result["ratings"] += used.mean(axis=0)
+        result["draws"] += count.sum(axis=0)
+
+
+def _sequential_votes(
+    rng: np.random.Generator, present: Array, eta: float, prior: Any, confidence: float, cap: int
+) -> tuple[Array, Array]:
+    """Votes asked one at a time of each item (a vote is "present" with probability `present`)
+    until the sequential rule finishes it: (positive, votes) per item."""
+    positive, votes = np.zeros(present.size), np.zeros(present.size)
+    priors = np.broadcast_to(np.asarray(prior, dtype=np.float64), present.shape)
+    live = np.arange(present.size)
+    for _ in range(cap):
+        positive[live] += rng.random(live.size) < present[live]
+        votes[live] += 1
+        live = live[~_finished(positive[live], votes[live], eta, priors[live], confidence, cap)]
+        if live.size == 0:
+            break
+    return positive, votes
+
+
+def _item_labels(
+    method: str, positive: Array, votes: Array, eta: float, prior: Any, rule: tuple[Any, float, int] | None
+) -> Array:
+    """Each rated item's label under `method`; with a sequential `rule` (priors, confidence, cap),
+    "debiased" labels are debiased for its stopping rule, and BRAgg's are its posterior at the stop."""
+    if rule is None:
+        return _vote_labels(method, positive, votes, eta, prior)
+    priors = np.broadcast_to(np.asarray(rule[0], dtype=np.float64), positive.shape)
+    if method == "debiased":
+        return _debiased(positive, votes, np.full(positive.shape, eta), priors, rule[1], rule[2])
+    if method == "bragg":
+        return _posterior(positive, votes, eta, priors)
+    return _vote_labels(method, positive, votes, eta, prior)
 
 
 def _check_raters(raters: Any) -> tuple[int, ...]:

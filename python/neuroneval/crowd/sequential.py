@@ -1,0 +1,216 @@
+"""Sequential rating: ask raters about an input one at a time, until BRAgg's posterior is sure.
+
+A fixed number of raters per input spends most votes where the first two and the concept
+model's prior already decide. Here, after each vote, BRAgg's posterior (`bragg_posterior`)
+says how sure the votes so far are; an input is finished once the posterior reaches
+`confidence` either way, or after `max_raters` votes, and never before its first vote.
+
+The stopping time depends on the votes, so the fixed-count debiasing (which divides by the
+expected label of a binomial count) no longer applies. `sequential_labels` debiases for the
+rule itself: the posterior at the stop, c, is mapped to (c - E[c | absent]) / (E[c | present] -
+E[c | absent]), with the expectations taken over every vote sequence the rule can produce (a
+sequence that ends at k votes, s of them "present", has probability theta^s (1 - theta)^(k - s)
+times the number of such sequences that do not stop earlier; theta = 1 - eta when the concept
+is present, eta when it is absent). The label is then unbiased for the 0/1 truth whatever the
+stopping rule, so `estimate(..., estimator="debiased")` stays consistent.
+
+Examples
+--------
+>>> from neuroneval.crowd import sequential_finished, sequential_labels, votes_to_ask
+>>> sequential_finished([0, 1, 5], [1, 1, 5], prior=0.05).tolist()   # one "absent"; one "present"; five
+[True, False, True]
+>>> votes_to_ask([0, 1, 2], [0, 1, 2], prior=0.05).tolist()   # two "absent" votes could end the third
+[1, 1, 2]
+>>> sequential_labels([0, 5, 5], [1, 5, 9], prior=0.05).round(3).tolist()   # the last at the cap
+[-0.021, 1.91, 0.255]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .._coerce import as_counts, as_reals
+from ..errors import ParameterError, ShapeError
+from ..options import Option, Options
+from .aggregation import _posterior
+from .sampling import ETA, PRIOR_PROBABILITY, Array, _check_each
+
+__all__ = ["SEQUENTIAL_OPTIONS", "posterior_path", "sequential_finished", "sequential_labels", "votes_to_ask"]
+
+#: The stopping rule of sequential rating.
+SEQUENTIAL_OPTIONS = Options(
+    Option(
+        "confidence",
+        "real",
+        0.95,
+        "stop asking about an input once BRAgg's posterior is this sure either way",
+        low=0.5,
+        low_open=True,
+        high=1.0,
+        high_open=True,
+    ),
+    Option("max_raters", "integer", 9, "the most raters asked about one input", low=1, metavar="N"),
+)
+
+
+def posterior_path(votes: Any, eta: float | None = None, prior: float | None = None) -> Array:
+    """BRAgg's posterior after each of `votes` (a sequence of 0/1, in the order given).
+
+    Examples
+    --------
+    >>> posterior_path([1, 1, 0], prior=0.05).round(4).tolist()
+    [0.1498, 0.371, 0.1498]
+    """
+    v = as_counts(votes, "votes")
+    if v.ndim != 1 or np.any(v > 1):
+        raise ParameterError("votes must be a sequence of 0 (absent) and 1 (present)")
+    e, p = _rule_reals(eta, prior)
+    return _posterior(np.cumsum(v), np.arange(1, v.size + 1), e, p)
+
+
+def sequential_finished(positive: Any, votes: Any, eta: Any = None, prior: Any = None, **rule: Any) -> np.ndarray:
+    """Whether inputs with `positive` "present" votes of `votes` need no more (bool; arrays
+    broadcast): at least one vote, and BRAgg's posterior at least `confidence` either way or
+    `max_raters` votes (`SEQUENTIAL_OPTIONS`)."""
+    pos, m, e, p = _counts(positive, votes, eta, prior)
+    confidence, cap = _rule(rule)
+    return _finished(pos, m, e, p, confidence, cap)
+
+
+def votes_to_ask(positive: Any, votes: Any, eta: Any = None, prior: Any = None, **rule: Any) -> np.ndarray:
+    """How many more votes each input can be asked at once without one being wasted: the fewest
+    that could finish it (0 for a finished input). One round of a study asks each input this many."""
+    pos, m, e, p = _counts(positive, votes, eta, prior)
+    confidence, cap = _rule(rule)
+    shape = np.broadcast_shapes(pos.shape, m.shape, e.shape, p.shape)
+    pos, m, e, p = (np.broadcast_to(x, shape) for x in (pos, m, e, p))
+    out = np.zeros(shape, dtype=np.int64)
+    waiting = ~_finished(pos, m, e, p, confidence, cap)
+    # the first j at which j more votes, all "present" or all "absent", finish the input (the cap does)
+    for j in range(1, max(cap - int(m.min(initial=cap)), 1) + 1):
+        ends = _finished(pos + j, m + j, e, p, confidence, cap) | _finished(pos, m + j, e, p, confidence, cap)
+        out[waiting & ends & (out == 0)] = j
+    return out
+
+
+def sequential_labels(positive: Any, votes: Any, eta: Any = None, prior: Any = None, **rule: Any) -> Array:
+    """Each finished input's label, unbiased for its 0/1 truth under the stopping rule: BRAgg's
+    posterior at the stop, mapped to (c - E[c | absent]) / (E[c | present] - E[c | absent]).
+
+    Raises
+    ------
+    ParameterError
+        An input the rule would not have stopped at (needs more votes, or went past a stop).
+    """
+    pos, m, e, p = _counts(positive, votes, eta, prior)
+    confidence, cap = _rule(rule)
+    shape = np.broadcast_shapes(pos.shape, m.shape, e.shape, p.shape)
+    pos, m, e, p = (np.broadcast_to(x, shape).ravel() for x in (pos, m, e, p))
+    done = _finished(pos, m, e, p, confidence, cap)
+    if not done.all():
+        i = int(np.flatnonzero(~done)[0])
+        raise ParameterError(
+            f"input {i} ({pos[i]:.0f} present of {m[i]:.0f} votes) is not finished: the rule asks for more votes"
+        )
+    reach = _reachable(pos, m, e, p, confidence, cap)
+    if not reach.all():
+        i = int(np.flatnonzero(~reach)[0])
+        raise ParameterError(
+            f"input {i} ({pos[i]:.0f} present of {m[i]:.0f} votes) went past a stop: the rule stops it earlier"
+        )
+    return _debiased(pos, m, e, p, confidence, cap).reshape(shape)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _rule(rule: dict[str, Any]) -> tuple[float, int]:
+    values = SEQUENTIAL_OPTIONS.resolve(**rule)
+    return float(values["confidence"]), int(values["max_raters"])
+
+
+def _rule_reals(eta: Any, prior: Any) -> tuple[Array, Array]:
+    e = as_reals(ETA.default if eta is None else eta, "eta")
+    p = as_reals(PRIOR_PROBABILITY.default if prior is None else prior, "prior")
+    _check_each(ETA, e, eta)
+    _check_each(PRIOR_PROBABILITY, p, prior)
+    return e, p
+
+
+def _counts(positive: Any, votes: Any, eta: Any, prior: Any) -> tuple[Array, Array, Array, Array]:
+    pos = as_counts(positive, "positive").astype(np.float64)
+    m = as_counts(votes, "votes").astype(np.float64)
+    e, p = _rule_reals(eta, prior)
+    try:
+        np.broadcast_shapes(pos.shape, m.shape, e.shape, p.shape)
+    except ValueError as err:
+        raise ShapeError(
+            f"positive, votes, eta and prior must broadcast together; got shapes {pos.shape}, {m.shape}, "
+            f"{e.shape} and {p.shape}"
+        ) from err
+    if np.any(pos > m):
+        raise ParameterError("positive must not exceed votes")
+    return pos, m, e, p
+
+
+def _finished(pos: Array, m: Array, e: Any, p: Any, confidence: float, cap: int) -> np.ndarray:
+    """The one home of the stopping rule, on the posterior's log-odds (`_posterior`'s), where a
+    posterior exactly at the confidence, as the default prior and confidence meet after as many
+    "present" as "absent" votes, counts as sure whatever the rounding."""
+    logit = np.log(p / (1 - p)) + (2 * pos - m) * np.log((1 - e) / e)
+    sure = np.abs(logit) >= math.log(confidence / (1 - confidence)) - _TIE
+    out: np.ndarray = (m >= 1) & (sure | (m >= cap))
+    return out
+
+
+#: Log-odds this close to the confidence's count as reaching it.
+_TIE = 1e-9
+
+
+def _reachable(pos: Array, m: Array, e: Array, p: Array, confidence: float, cap: int) -> np.ndarray:
+    """Whether some vote sequence reaches (m, pos) without stopping before: a path of the counts
+    that stays unfinished at every earlier number of votes (all inputs at once, 1-D arrays)."""
+    out: np.ndarray = np.asarray(m == 0)
+    alive = np.ones((pos.size, 1), dtype=bool)  # unfinished states by count of "present", per input
+    for k in range(1, int(m.max(initial=0)) + 1):
+        grown = np.zeros((pos.size, k + 1), dtype=bool)
+        grown[:, :-1] |= alive
+        grown[:, 1:] |= alive
+        here = np.flatnonzero(m == k)
+        out[here] = grown[here, pos[here].astype(np.int64)]
+        s = np.arange(k + 1, dtype=np.float64)[None, :]
+        alive = grown & ~_finished(s, np.full((1, k + 1), float(k)), e[:, None], p[:, None], confidence, cap)
+    return out
+
+
+def _debiased(pos: Array, m: Array, e: Array, p: Array, confidence: float, cap: int) -> Array:
+    """`sequential_labels` of checked, finished inputs (1-D arrays)."""
+    absent, present = _expected_posteriors(e, p, confidence, cap)
+    out: Array = (_posterior(pos, m, e, p) - absent) / (present - absent)
+    return out
+
+
+def _expected_posteriors(e: Array, p: Array, confidence: float, cap: int) -> tuple[Array, Array]:
+    """E[posterior at the stop | absent] and E[... | present] of each input: every stopping
+    point's posterior weighted by its probability, the number of sequences reaching it without
+    stopping earlier times theta^s (1 - theta)^(k - s)."""
+    n = e.size
+    absent, present = np.zeros(n), np.zeros(n)
+    # alive[:, s]: weight of unfinished sequences with s "present" votes so far, per truth
+    alive = {0: np.ones((n, 1)), 1: np.ones((n, 1))}
+    theta = {0: e, 1: 1 - e}
+    for k in range(1, cap + 1):
+        s = np.arange(k + 1, dtype=np.float64)[None, :]
+        posterior = _posterior(s, float(k), e[:, None], p[:, None])
+        stop = _finished(s, np.full((1, k + 1), float(k)), e[:, None], p[:, None], confidence, cap)
+        for truth, into in ((0, absent), (1, present)):
+            t = theta[truth][:, None]
+            grown = np.zeros((n, k + 1))
+            grown[:, 1:] += alive[truth] * t
+            grown[:, :-1] += alive[truth] * (1 - t)
+            into += (grown * posterior * stop).sum(axis=1)
+            alive[truth] = grown * ~stop
+    return absent, present
