@@ -395,6 +395,26 @@ def test_simulate_equals_library(files: dict[str, Path], tmp_path: Path, capfd: 
     assert lines[-1] == f"wrote rce.csv, needed.csv, cheapest.csv, rce.png to {out}"
 
 
+def test_simulate_sequential_equals_library(files: dict[str, Path], capfd: pytest.CaptureFixture[str]) -> None:
+    argv = ["crowd", "simulate", files["acts"], files["labels"], files["model"], "--pairs", files["pairs"]]
+    argv += ["--budgets", "9,60", "--raters", "5,9", "--trials", "3", "--rating", "sequential", "--confidence", "0.9"]
+    argv += ["--configurations", "mgis+debiased,uniform+majority", "--prior", "model", "--seed", "2"]
+    code, stdout, err = run(argv, capfd)
+    assert code == 0, err
+    expected = crowd.simulate(
+        A, Y, MODEL, PAIRS, [9, 60], configurations=[("mgis", "debiased"), ("uniform", "majority")],
+        raters_per_input=[5, 9], trials=3, rating="sequential", confidence=0.9, prior="model", seed=2,
+    )  # fmt: skip
+    assert stdout.splitlines()[0].startswith(
+        "simulated raters wrong with rate 0.23, one at a time until BRAgg is 0.9 sure, at most 5, 9 per shown input"
+    )
+    rows = expected.rce.rows(named=True)
+    for row in rows:
+        assert row["ratings"] <= row["budget"]
+    first = next(line for line in stdout.splitlines() if line.split()[:4] == ["MG-IS", "+", "debiased", "5"])
+    assert first.split()[4:] == [f"{r['rce']:.3f}" for r in rows if (r["aggregation"], r["raters"]) == ("debiased", 5)]
+
+
 def test_simulate_needed_both_ways(files: dict[str, Path], capfd: pytest.CaptureFixture[str]) -> None:
     """A target every configuration reaches at once, and one none reaches."""
     argv = ["crowd", "simulate", files["acts"], files["labels"], files["model"], "--pairs", files["pairs"]]

@@ -219,7 +219,9 @@ def test_demo_prints_the_paper_like_crowd_table(demo_run: tuple[Path, str]) -> N
     from neuroneval.experiments import numbers
 
     out, printed = demo_run
-    assert sorted(p.name for p in (out / "crowd").iterdir()) == ["pairs.csv", "rce.csv", "rce.png"]
+    assert sorted(p.name for p in (out / "crowd").iterdir()) == [
+        "pairs.csv", "rce-sequential-pairs.csv", "rce-sequential.csv", "rce-sequential.png", "rce.csv", "rce.png"
+    ]  # fmt: skip
     assert (out / "crowd" / "rce.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rce = pl.read_csv(out / "crowd" / "rce.csv")
     pairs = pl.read_csv(out / "crowd" / "pairs.csv")
@@ -247,6 +249,34 @@ def test_demo_prints_the_paper_like_crowd_table(demo_run: tuple[Path, str]) -> N
             assert f"{row['needed']:,.0f}" in line and f" {row['raters']} " in line
             if base["needed"] is not None:
                 assert f"{base['needed'] / row['needed']:.1f}x" in line
+
+
+def test_demo_prints_the_sequential_crowd_table(demo_run: tuple[Path, str]) -> None:
+    """The sequential table is its written curves' cheapest crossings, each against the fixed
+    table's uniform + majority, with the bias and coverage of the grid budget above it."""
+    from neuroneval.experiments import numbers
+
+    out, printed = demo_run
+    read = {name: pl.read_csv(out / "crowd" / name) for name in ("rce.csv", "rce-sequential.csv", "pairs.csv")}
+    fixed = neuroneval.crowd.Simulation(
+        read["rce.csv"], read["pairs.csv"], demo.CROWD_TARGET, 0.23, 20, numbers.BUDGETS, numbers.RATERS
+    )
+    sequential = neuroneval.crowd.Simulation(
+        read["rce-sequential.csv"], read["pairs.csv"], demo.CROWD_TARGET, 0.23, 20, numbers.BUDGETS,
+        numbers.SEQUENTIAL_RATERS, rating="sequential",
+    )  # fmt: skip
+    assert sorted(set(read["rce-sequential.csv"]["raters"])) == list(numbers.SEQUENTIAL_RATERS)
+    lines = demo.sequential_summary(sequential, fixed)
+    for line in lines:
+        assert line in printed
+    base = fixed.cheapest().filter(sampling="uniform", aggregation="majority")["needed"][0]
+    for line, row in zip(lines[1:], sequential.cheapest().iter_rows(named=True), strict=True):
+        assert line.split()[:3] == neuroneval.crowd.configuration_name(row["sampling"], row["aggregation"]).split()
+        if row["needed"] is not None:
+            assert f"{row['needed']:,.0f}" in line and f"{base / row['needed']:.1f}x" in line
+            grid = sequential.rce.filter(sampling=row["sampling"], aggregation=row["aggregation"])
+            at = grid.filter(pl.col("budget") >= row["needed"]).sort("budget").row(0, named=True)
+            assert f"{at['bias']:+.3f} ({at['bias_se']:.3f}), {at['coverage']:.2f} at {at['budget']:,}" in line
 
 
 def test_numbers_setting_is_paper_like(probe: demo.DigitsProbe) -> None:

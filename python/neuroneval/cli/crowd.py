@@ -298,7 +298,7 @@ def _add_simulate(steps: Any) -> None:
             "debiased (default: uniform+majority,uniform+bragg,mgis+majority,mgis+bragg)"
         ),
     )
-    options.only("trials", "gamma", "prior", "target", "seed").add_arguments(p)
+    options.only("rating", "confidence", "trials", "gamma", "prior", "target", "seed").add_arguments(p)
     p.add_argument(
         "--out", type=output_dir, metavar="DIR", help="write rce.csv, needed.csv and rce.png into this directory"
     )
@@ -570,7 +570,11 @@ def simulate(args: argparse.Namespace) -> int:
     check_fits(8 * acts.n_rows * (units.size + 2 * concepts.size), "crowd simulate")
     # Per pair and budget: the draws of every trial, their weights, labels and products.
     check_fits(
-        24 * 8 * options["trials"] * (max(args.budgets) // options["raters_per_input"]),
+        # sequentially an input may take a single vote: as many draws as ratings
+        24
+        * 8
+        * options["trials"]
+        * (max(args.budgets) // (1 if options["rating"] == "sequential" else options["raters_per_input"])),
         "crowd simulate",
         holds="",
         remedy="use smaller --budgets or fewer --trials",
@@ -606,6 +610,8 @@ def simulate(args: argparse.Namespace) -> int:
 
 def _simulate_summary(sim: crowd.Simulation, needed: pl.DataFrame, options: dict[str, Any]) -> str:
     raters = ", ".join(map(str, sim.raters))
+    if sim.rating == "sequential":
+        raters = f"one at a time until BRAgg is {options['confidence']:g} sure, at most {raters}"
     lines = [
         f"simulated raters wrong with rate {sim.eta:g}, {raters} per shown input, "
         f"{count(sim.pairs.height, 'pair')} x {count(sim.trials, 'trial')}; MG-IS gamma {options['gamma']:g}, "

@@ -111,12 +111,32 @@ class Simulation:
 
     def needed(self, target: float | None = None) -> pl.DataFrame:
         """Ratings per pair each (configuration, raters per input) needs to reach RCE <= target,
-        as `needed_budgets` finds them."""
-        return needed_budgets(self.rce, self.target if target is None else target)
+        as `needed_budgets` finds them (sequentially, inputs are the draws interpolated there)."""
+        return self._drawn(needed_budgets(self.rce, self.target if target is None else target))
 
     def cheapest(self, target: float | None = None) -> pl.DataFrame:
         """Each configuration's cheapest budget over the raters per input, as `cheapest_budgets` finds it."""
-        return cheapest_budgets(self.rce, self.target if target is None else target)
+        return self._drawn(cheapest_budgets(self.rce, self.target if target is None else target))
+
+    def _drawn(self, table: pl.DataFrame) -> pl.DataFrame:
+        """`table` with, for sequential rating, the inputs a needed budget draws: the grid's
+        draws interpolated log-linearly (an input takes a varying number of votes, so it is not
+        needed / raters)."""
+        if self.rating != "sequential" or "inputs" not in table.columns:
+            return table
+        inputs: list[float | None] = []
+        for row in table.iter_rows(named=True):
+            if row["needed"] is None:
+                inputs.append(None)
+                continue
+            grid = self.rce.filter(sampling=row["sampling"], aggregation=row["aggregation"], raters=row["raters"])
+            grid = grid.sort("budget")
+            x, y = (
+                np.log(grid["budget"].to_numpy().astype(np.float64)),
+                np.log(np.maximum(grid["inputs"].to_numpy().astype(np.float64), 1)),
+            )
+            inputs.append(float(np.exp(np.interp(math.log(row["needed"]), x, y))))
+        return table.with_columns(pl.Series("inputs", inputs, dtype=pl.Float64))
 
     def plot(self, path: Any) -> Any:
         """RCE against ratings per pair (log scale), one line per configuration at its best raters per
@@ -592,10 +612,13 @@ def _simulate_pair(
     is_first = np.zeros(keys.size, dtype=bool)
     is_first[first] = True
     spent = np.cumsum(np.where(is_first, votes[inverse], 0.0).reshape(trials, n_max), axis=1)
-    # draws each budget buys in each trial: budget // m at a fixed m (a repeated input is not rated
-    # again); sequentially, all whose votes fit in it
+    # Draws each budget buys in each trial: budget // m at a fixed m; sequentially, all whose
+    # votes fit in it. Either way a draw is charged its input's votes, repeated or not (a
+    # repeated input is not rated again: `spent` is what the raters did), so the draws of a
+    # budget do not depend on how often the proposal repeats itself.
     if sequential:
-        count = np.stack([np.searchsorted(row, budgets, side="right") for row in spent])
+        charged = np.cumsum(votes[inverse].reshape(trials, n_max), axis=1)
+        count = np.stack([np.searchsorted(row, budgets, side="right") for row in charged])
     else:
         count = np.broadcast_to(budgets // m, (trials, budgets.size))
     at = np.maximum(count - 1, 0)

@@ -114,6 +114,35 @@ def crowd_summary(simulation: neuroneval.crowd.Simulation, paper: bool = True) -
     return [line.rstrip() for line in lines]
 
 
+def sequential_summary(sequential: neuroneval.crowd.Simulation, fixed: neuroneval.crowd.Simulation) -> list[str]:
+    """The crowd table of a sequential-rating simulation: each configuration's cheapest ratings
+    per pair to reach the target (at its best cap on raters per input), the ratio against the
+    fixed simulation's uniform + majority at its best raters, and the bias (with its standard
+    error) and interval coverage at the first grid budget at or above the ratings needed."""
+    base = fixed.cheapest().filter(sampling="uniform", aggregation="majority")
+    base_needed = base["needed"][0] if base.height else None
+    head = f"    {'configuration':<22} {'cap':>4} {'inputs':>7} {'ratings per pair':>17} {'vs uniform + majority':>22}"
+    lines = [head + f"  {'bias (se), coverage at the grid budget':>40}"]
+    for row in sequential.cheapest().iter_rows(named=True):
+        name = neuroneval.crowd.configuration_name(row["sampling"], row["aggregation"])
+        grid = sequential.rce.filter(sampling=row["sampling"], aggregation=row["aggregation"])
+        if row["needed"] is None:
+            at_end = grid.filter(pl.col("budget") == grid["budget"].max()).sort("rce").row(0, named=True)
+            lines.append(
+                f"    {name:<22} {at_end['raters']:>4} {'-':>7} {'> ' + format(at_end['budget'], ','):>17}"
+                f" {'RCE ' + format(at_end['rce'], '.3f') + ' at the end':>22}"
+            )
+            continue
+        at = grid.filter(raters=row["raters"], budget=grid.filter(pl.col("budget") >= row["needed"])["budget"].min())
+        stats = at.row(0, named=True)
+        ratio = f"{base_needed / row['needed']:.1f}x" if base_needed is not None else "-"
+        lines.append(
+            f"    {name:<22} {row['raters']:>4} {row['inputs']:>7,.0f} {row['needed']:>17,.0f} {ratio:>22}"
+            f"  {stats['bias']:>+8.3f} ({stats['bias_se']:.3f}), {stats['coverage']:.2f} at {stats['budget']:,}"
+        )
+    return [line.rstrip() for line in lines]
+
+
 def write_crowd(simulation: neuroneval.crowd.Simulation, csv: Path, png: Path) -> tuple[Path, Any]:
     """Write a crowd simulation's RCE table to `csv`, its pairs (true and concept-model
     correlations) to ``pairs.csv`` beside it (atomically) and its curves to `png`, creating their

@@ -47,7 +47,7 @@ from neuroneval.files import write_atomic
 from neuroneval.torch import capture, extract
 
 from . import numbers
-from .common import CROWD_TARGET, crowd_summary, spread_pairs, write_crowd, write_page
+from .common import CROWD_TARGET, crowd_summary, sequential_summary, spread_pairs, write_crowd, write_page
 
 __all__ = [
     "CONCEPT_NAMES",
@@ -537,6 +537,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in crowd_summary(simulation):
         print(line)
     csv, png = write_crowd(simulation, out / "crowd" / "rce.csv", out / "crowd" / "rce.png")
+    print(f"wrote {csv}, {png}")
+    print(
+        "The same, raters asked one at a time until BRAgg's posterior is "
+        f"{neuroneval.crowd.SEQUENTIAL_OPTIONS['confidence'].default:g} sure either way (at most the cap):"
+    )
+    sequential = numbers.run_sequential(crowd_setting, seed)
+    for line in sequential_summary(sequential, simulation):
+        print(line)
+    csv, png = write_crowd(sequential, out / "crowd" / "rce-sequential.csv", out / "crowd" / "rce-sequential.png")
     print(f"wrote {csv}, {png}")
 
     tops = report.top_inputs(probe.activations, k=report.INPUTS_PER_UNIT)

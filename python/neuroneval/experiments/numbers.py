@@ -151,6 +151,27 @@ def numbers_setting(
     return NumbersSetting(units, concepts, concept_model, pairs, rho[chosen], prevalence[chosen], auc)
 
 
+#: Caps on raters per input and the configurations of the sequential simulation.
+SEQUENTIAL_RATERS: tuple[int, ...] = (9,)
+SEQUENTIAL_CONFIGURATIONS: tuple[tuple[neuroneval.crowd.sampling.Sampling, neuroneval.crowd.sampling.Method], ...] = (
+    ("mgis", "bragg"),
+    ("mgis", "debiased"),
+    ("mgis", "composite"),
+)
+
+
+def run_sequential(
+    setting: NumbersSetting, seed: int = 0, trials: int = 20, budgets: tuple[int, ...] = BUDGETS, progress: bool = True
+) -> neuroneval.crowd.Simulation:
+    """`run` with raters asked one at a time until BRAgg's posterior is sure (the default
+    confidence), at most `SEQUENTIAL_RATERS`, for `SEQUENTIAL_CONFIGURATIONS`."""
+    return neuroneval.crowd.simulate(
+        setting.units, setting.concepts, setting.concept_model, setting.pairs, budgets,
+        configurations=SEQUENTIAL_CONFIGURATIONS, raters_per_input=SEQUENTIAL_RATERS, rating="sequential",
+        trials=trials, prior="model", target=CROWD_TARGET, seed=seed, progress=progress,
+    )  # fmt: skip
+
+
 def run(
     setting: NumbersSetting,
     seed: int = 0,
