@@ -15,6 +15,7 @@ import math
 import numpy as np
 import pytest
 from neuroneval import crowd, errors
+from test_crowd_debiased import rare_population
 
 
 def bayes(votes: list[int], eta: float, prior: float) -> float:
@@ -127,15 +128,6 @@ def test_unfinished_and_overrun_inputs_are_refused() -> None:
 
 # --------------------------------------------------------------------------------------------
 # The simulator
-
-
-def rare_population(n: int, prevalence: float, seed: int) -> tuple[np.ndarray, ...]:
-    """A rare concept y, a unit correlated with it (r about 0.3) and an imperfect concept model."""
-    rng = np.random.default_rng(seed)
-    y = (rng.random((n, 1)) < prevalence).astype(np.float64)
-    a = 1.5 * y + rng.normal(size=(n, 1))
-    model = np.clip(0.5 * y + 0.3 * rng.random((n, 1)), 0.0, 1.0)
-    return a, y, model
 
 
 @pytest.mark.slow

@@ -82,6 +82,12 @@ def bragg_posterior(positive: Any, votes: Any, eta: Any = None, prior: Any = Non
     ...
     neuroneval.errors.ParameterError: positive must not exceed votes; found positive 4 of votes 3
     """
+    return _posterior(*_vote_counts(positive, votes, eta, prior))
+
+
+def _vote_counts(positive: Any, votes: Any, eta: Any, prior: Any) -> tuple[Array, Array, Array, Array]:
+    """Vote counts with their raters' error rates and priors, each checked (None: the declared
+    default), broadcasting together, and no more "present" votes than votes."""
     pos = as_counts(positive, "positive")
     m = as_counts(votes, "votes")
     e = as_reals(ETA.default if eta is None else eta, "eta")
@@ -102,7 +108,7 @@ def bragg_posterior(positive: Any, votes: Any, eta: Any = None, prior: Any = Non
         )
     _check_each(ETA, e, eta)
     _check_each(PRIOR_PROBABILITY, p, prior)
-    return _posterior(pos, m, e, p)
+    return pos, m, e, p
 
 
 def _posterior(positive: Any, votes: Any, eta: Any, prior: Any) -> Array:

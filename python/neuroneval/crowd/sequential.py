@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 
 from .._coerce import as_counts, as_reals
-from ..errors import ParameterError, ShapeError
+from ..errors import ParameterError
 from ..options import Option, Options
-from .aggregation import _posterior
+from .aggregation import _posterior, _vote_counts
 from .sampling import ETA, PRIOR_PROBABILITY, Array, _check_each
 
 __all__ = ["SEQUENTIAL_OPTIONS", "posterior_path", "sequential_finished", "sequential_labels", "votes_to_ask"]
@@ -141,19 +141,8 @@ def _rule_reals(eta: Any, prior: Any) -> tuple[Array, Array]:
 
 
 def _counts(positive: Any, votes: Any, eta: Any, prior: Any) -> tuple[Array, Array, Array, Array]:
-    pos = as_counts(positive, "positive").astype(np.float64)
-    m = as_counts(votes, "votes").astype(np.float64)
-    e, p = _rule_reals(eta, prior)
-    try:
-        np.broadcast_shapes(pos.shape, m.shape, e.shape, p.shape)
-    except ValueError as err:
-        raise ShapeError(
-            f"positive, votes, eta and prior must broadcast together; got shapes {pos.shape}, {m.shape}, "
-            f"{e.shape} and {p.shape}"
-        ) from err
-    if np.any(pos > m):
-        raise ParameterError("positive must not exceed votes")
-    return pos, m, e, p
+    pos, m, e, p = _vote_counts(positive, votes, eta, prior)
+    return pos.astype(np.float64), m.astype(np.float64), e, p
 
 
 def _finished(pos: Array, m: Array, e: Any, p: Any, confidence: float, cap: int) -> np.ndarray:
