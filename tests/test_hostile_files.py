@@ -552,6 +552,35 @@ def test_a_judgement_cache_that_cannot_be_written_is_exit_1(
 # --------------------------------------------------------------------------- Ctrl-C at once
 
 
+_INTERRUPTED_IMPORT = """
+import os, signal, sys, time
+
+class Interrupted:
+    def find_spec(self, name, path=None, target=None):
+        if name == "neuroneval.cli.app":
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(5)
+            except KeyboardInterrupt:  # what numpy's C import makes of Ctrl-C
+                raise ImportError("numpy: PyCapsule_Import could not import module 'datetime'")
+        return None
+
+sys.meta_path.insert(0, Interrupted())
+from neuroneval.cli import main
+sys.exit(main(["--version"]))
+"""
+
+
+def test_ctrl_c_that_an_import_turns_into_an_import_error_is_exit_130() -> None:
+    """A C extension's import swallows Ctrl-C and raises ImportError (numpy does): still one
+    line and exit 130; an ImportError without Ctrl-C is not taken for one."""
+    child = subprocess.run([sys.executable, "-c", _INTERRUPTED_IMPORT], capture_output=True, text=True, timeout=60)
+    assert (child.returncode, child.stderr) == (130, "neuroneval: interrupted\n")
+    broken = _INTERRUPTED_IMPORT.replace("os.kill(os.getpid(), signal.SIGINT)", 'raise ImportError("a broken install")')
+    child = subprocess.run([sys.executable, "-c", broken], capture_output=True, text=True, timeout=60)
+    assert child.returncode == 1 and "ImportError: a broken install" in child.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("delay", [0.05, 0.2, 0.4, 0.8, 1.5])
 def test_ctrl_c_in_a_commands_first_instant_is_one_line_and_exit_130(tmp_path: Path, delay: float) -> None:

@@ -149,6 +149,8 @@ Paths in files
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["main"]
 
@@ -165,9 +167,49 @@ def main(argv: list[str] | None = None) -> int:
     neuroneval ...
     0
     """
+    interrupted, restore = _watch_interrupts()
     try:
         from .app import main as run
+
+        return run(argv)
     except KeyboardInterrupt:
-        print("neuroneval: interrupted", file=sys.stderr, flush=True)
-        return 130
-    return run(argv)
+        return _interrupted()
+    except ImportError:
+        # Ctrl-C inside a C extension's import (numpy's, torch's) reaches us as the ImportError
+        # that the extension made of it
+        if interrupted():
+            return _interrupted()
+        raise
+    finally:
+        restore()
+
+
+def _interrupted() -> int:
+    print("neuroneval: interrupted", file=sys.stderr, flush=True)
+    return 130
+
+
+def _watch_interrupts() -> tuple[Callable[[], bool], Callable[[], None]]:
+    """Records Ctrl-C (SIGINT) until the returned restore is called, still raising
+    KeyboardInterrupt as Python's own handler does; returns (whether one came, restore)."""
+    import signal
+
+    seen: list[bool] = []
+    previous = signal.getsignal(signal.SIGINT)
+
+    def record(signum: int, frame: Any) -> None:
+        seen.append(True)
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    def restore() -> None:
+        if signal.getsignal(signal.SIGINT) is record:
+            signal.signal(signal.SIGINT, previous)
+
+    try:
+        signal.signal(signal.SIGINT, record)
+    except ValueError:  # not the main thread: signals are not ours to watch
+        return (lambda: False), (lambda: None)
+    return (lambda: bool(seen)), restore
