@@ -62,6 +62,7 @@ import numpy.typing as npt
 import polars as pl
 
 from neuroneval.errors import SourceError
+from neuroneval.label.endpoint import ENDPOINT_OPTIONS
 
 __all__ = ["FULL", "SMALL", "ExplainerEndpoint", "StudySize", "endpoint_explanations", "main", "run", "wiki_sentences"]
 
@@ -305,9 +306,9 @@ class ExplainerEndpoint:
 
     base_url: str
     model: str
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: str = ENDPOINT_OPTIONS["api_key_env"].default
     repetition_penalty: float | None = None
-    max_retries: int = 5
+    max_retries: int = ENDPOINT_OPTIONS["max_retries"].default
 
     @property
     def explainer(self) -> str:
@@ -333,7 +334,7 @@ def endpoint_explanations(
         base_url=endpoint.base_url,
         api_key=os.environ.get(endpoint.api_key_env) or "none",
         max_retries=endpoint.max_retries,
-        timeout=120,
+        timeout=ENDPOINT_OPTIONS["timeout"].default,
     )
     extra = {} if endpoint.repetition_penalty is None else {"repetition_penalty": endpoint.repetition_penalty}
 

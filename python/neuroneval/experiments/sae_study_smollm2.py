@@ -58,7 +58,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ import numpy as np
 import polars as pl
 
 from neuroneval.causal.results import CAUSAL_SITE_HOOKS
+from neuroneval.label.endpoint import ENDPOINT_OPTIONS
 
 from .sae_study import (
     ExplainerEndpoint,
@@ -536,8 +537,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--endpoint", metavar="URL", help="an OpenAI-compatible endpoint whose model also explains")
     parser.add_argument("--endpoint-model", metavar="NAME", help="the endpoint's model")
-    parser.add_argument("--endpoint-key-env", metavar="NAME", default="OPENAI_API_KEY",
-                        help="the environment variable holding the endpoint's key (default: OPENAI_API_KEY)")  # fmt: skip
+    replace(ENDPOINT_OPTIONS["api_key_env"], flag="--endpoint-key-env").add_argument(parser)
     parser.add_argument("--endpoint-repetition-penalty", type=float, metavar="X",
                         help="a repetition_penalty to send (vLLM and neuroneval label judge-server take it; OpenAI does not)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -545,9 +545,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--endpoint and --endpoint-model go together")
     endpoint = None
     if args.endpoint is not None:
-        endpoint = ExplainerEndpoint(
-            args.endpoint, args.endpoint_model, args.endpoint_key_env, args.endpoint_repetition_penalty
-        )
+        key_env = ENDPOINT_OPTIONS.only("api_key_env").resolve(api_key_env=args.api_key_env)["api_key_env"]
+        endpoint = ExplainerEndpoint(args.endpoint, args.endpoint_model, key_env, args.endpoint_repetition_penalty)
     log = functools.partial(print, flush=True)  # progress as it happens, also into a file
     if args.judge_check:
         judge_context_check(log=log)
