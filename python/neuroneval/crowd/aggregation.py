@@ -113,8 +113,13 @@ def _vote_counts(positive: Any, votes: Any, eta: Any, prior: Any) -> tuple[Array
 
 def _posterior(positive: Any, votes: Any, eta: Any, prior: Any) -> Array:
     """BRAgg's posterior, unchecked (the callers validated their arguments)."""
-    logit = np.log(prior / (1 - prior)) + (2 * np.asarray(positive) - votes) * np.log((1 - eta) / eta)
-    out: Array = 1.0 / (1.0 + np.exp(-logit))
+    out: Array = 1.0 / (1.0 + np.exp(-_log_odds(positive, votes, eta, prior)))
+    return out
+
+
+def _log_odds(positive: Any, votes: Any, eta: Any, prior: Any) -> Array:
+    """logit of BRAgg's posterior: logit(prior) + (2 positive - votes) log((1 - eta) / eta)."""
+    out: Array = np.log(prior / (1 - prior)) + (2 * np.asarray(positive) - votes) * np.log((1 - eta) / eta)
     return out
 
 

@@ -32,11 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from .._coerce import as_counts, as_reals
+from .._coerce import as_counts
 from ..errors import ParameterError
 from ..options import Option, Options
-from .aggregation import _posterior, _vote_counts
-from .sampling import ETA, PRIOR_PROBABILITY, Array, _check_each
+from .aggregation import _log_odds, _posterior, _vote_counts
+from .sampling import Array
 
 __all__ = ["SEQUENTIAL_OPTIONS", "posterior_path", "sequential_finished", "sequential_labels", "votes_to_ask"]
 
@@ -67,8 +67,7 @@ def posterior_path(votes: Any, eta: float | None = None, prior: float | None = N
     v = as_counts(votes, "votes")
     if v.ndim != 1 or np.any(v > 1):
         raise ParameterError("votes must be a sequence of 0 (absent) and 1 (present)")
-    e, p = _rule_reals(eta, prior)
-    return _posterior(np.cumsum(v), np.arange(1, v.size + 1), e, p)
+    return _posterior(*_vote_counts(np.cumsum(v).astype(np.int64), np.arange(1, v.size + 1), eta, prior))
 
 
 def sequential_finished(positive: Any, votes: Any, eta: Any = None, prior: Any = None, **rule: Any) -> np.ndarray:
@@ -115,13 +114,14 @@ def sequential_labels(positive: Any, votes: Any, eta: Any = None, prior: Any = N
         raise ParameterError(
             f"input {i} ({pos[i]:.0f} present of {m[i]:.0f} votes) is not finished: the rule asks for more votes"
         )
-    reach = _reachable(pos, m, e, p, confidence, cap)
-    if not reach.all():
-        i = int(np.flatnonzero(~reach)[0])
+    absent, present, reached = _walk(pos, m, e, p, confidence, cap)
+    if not reached.all():
+        i = int(np.flatnonzero(~reached)[0])
         raise ParameterError(
             f"input {i} ({pos[i]:.0f} present of {m[i]:.0f} votes) went past a stop: the rule stops it earlier"
         )
-    return _debiased(pos, m, e, p, confidence, cap).reshape(shape)
+    out: Array = (_posterior(pos, m, e, p) - absent) / (present - absent)
+    return out.reshape(shape)
 
 
 # --------------------------------------------------------------------------------------------
@@ -130,14 +130,6 @@ def sequential_labels(positive: Any, votes: Any, eta: Any = None, prior: Any = N
 def _rule(rule: dict[str, Any]) -> tuple[float, int]:
     values = SEQUENTIAL_OPTIONS.resolve(**rule)
     return float(values["confidence"]), int(values["max_raters"])
-
-
-def _rule_reals(eta: Any, prior: Any) -> tuple[Array, Array]:
-    e = as_reals(ETA.default if eta is None else eta, "eta")
-    p = as_reals(PRIOR_PROBABILITY.default if prior is None else prior, "prior")
-    _check_each(ETA, e, eta)
-    _check_each(PRIOR_PROBABILITY, p, prior)
-    return e, p
 
 
 def _counts(positive: Any, votes: Any, eta: Any, prior: Any) -> tuple[Array, Array, Array, Array]:
@@ -149,8 +141,7 @@ def _finished(pos: Array, m: Array, e: Any, p: Any, confidence: float, cap: int)
     """The one home of the stopping rule, on the posterior's log-odds (`_posterior`'s), where a
     posterior exactly at the confidence, as the default prior and confidence meet after as many
     "present" as "absent" votes, counts as sure whatever the rounding."""
-    logit = np.log(p / (1 - p)) + (2 * pos - m) * np.log((1 - e) / e)
-    sure = np.abs(logit) >= math.log(confidence / (1 - confidence)) - _TIE
+    sure = np.abs(_log_odds(pos, m, e, p)) >= math.log(confidence / (1 - confidence)) - _TIE
     out: np.ndarray = (m >= 1) & (sure | (m >= cap))
     return out
 
@@ -159,35 +150,22 @@ def _finished(pos: Array, m: Array, e: Any, p: Any, confidence: float, cap: int)
 _TIE = 1e-9
 
 
-def _reachable(pos: Array, m: Array, e: Array, p: Array, confidence: float, cap: int) -> np.ndarray:
-    """Whether some vote sequence reaches (m, pos) without stopping before: a path of the counts
-    that stays unfinished at every earlier number of votes (all inputs at once, 1-D arrays)."""
-    out: np.ndarray = np.asarray(m == 0)
-    alive = np.ones((pos.size, 1), dtype=bool)  # unfinished states by count of "present", per input
-    for k in range(1, int(m.max(initial=0)) + 1):
-        grown = np.zeros((pos.size, k + 1), dtype=bool)
-        grown[:, :-1] |= alive
-        grown[:, 1:] |= alive
-        here = np.flatnonzero(m == k)
-        out[here] = grown[here, pos[here].astype(np.int64)]
-        s = np.arange(k + 1, dtype=np.float64)[None, :]
-        alive = grown & ~_finished(s, np.full((1, k + 1), float(k)), e[:, None], p[:, None], confidence, cap)
-    return out
-
-
 def _debiased(pos: Array, m: Array, e: Array, p: Array, confidence: float, cap: int) -> Array:
     """`sequential_labels` of checked, finished inputs (1-D arrays)."""
-    absent, present = _expected_posteriors(e, p, confidence, cap)
+    absent, present, _ = _walk(pos, m, e, p, confidence, cap)
     out: Array = (_posterior(pos, m, e, p) - absent) / (present - absent)
     return out
 
 
-def _expected_posteriors(e: Array, p: Array, confidence: float, cap: int) -> tuple[Array, Array]:
-    """E[posterior at the stop | absent] and E[... | present] of each input: every stopping
-    point's posterior weighted by its probability, the number of sequences reaching it without
-    stopping earlier times theta^s (1 - theta)^(k - s)."""
+def _walk(pos: Array, m: Array, e: Array, p: Array, confidence: float, cap: int) -> tuple[Array, Array, np.ndarray]:
+    """One walk over every vote sequence the rule can produce, per input (1-D arrays):
+    E[posterior at the stop | absent] and E[... | present] (each stopping point's posterior
+    weighted by the number of sequences reaching it without stopping earlier times
+    theta^s (1 - theta)^(k - s)), and whether (m, pos) is such a point's count, reached without
+    an earlier stop (a positive weight)."""
     n = e.size
     absent, present = np.zeros(n), np.zeros(n)
+    reached = np.zeros(n, dtype=bool)
     # alive[:, s]: weight of unfinished sequences with s "present" votes so far, per truth
     alive = {0: np.ones((n, 1)), 1: np.ones((n, 1))}
     theta = {0: e, 1: 1 - e}
@@ -202,4 +180,6 @@ def _expected_posteriors(e: Array, p: Array, confidence: float, cap: int) -> tup
             grown[:, :-1] += alive[truth] * (1 - t)
             into += (grown * posterior * stop).sum(axis=1)
             alive[truth] = grown * ~stop
-    return absent, present
+        here = np.flatnonzero(m == k)
+        reached[here] = grown[here, pos[here].astype(np.int64)] > 0
+    return absent, present, reached
