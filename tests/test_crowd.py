@@ -366,7 +366,17 @@ def test_plan_tasks_batches_each_pair(small_data: tuple[np.ndarray, np.ndarray])
     p = crowd.plan(pairs, a, chat, budget=180, raters_per_input=4, seed=3, unit_names=names, explanations=texts)
     for batch_size in (1, 7, 20, 1000):
         tasks = p.tasks(batch_size=batch_size)
-        assert tasks.columns == ["task", "pair", "unit", "unit_name", "concept", "explanation", "input", "raters"]
+        assert tasks.columns == [
+            "task",
+            "pair",
+            "unit",
+            "unit_name",
+            "concept",
+            "explanation",
+            "input",
+            "rated",
+            "raters",
+        ]
         # Exactly the distinct drawn (pair, input), each once.
         assert sorted(tasks.select("pair", "input").rows()) == sorted(set(p.draws.select("pair", "input").rows()))
         assert tasks.height == p.inputs().height

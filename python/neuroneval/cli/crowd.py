@@ -88,13 +88,16 @@ def add(commands: Any) -> None:
         description=(
             "Crowdsourced evaluation (SPEC section 6): the correlation of a unit with an explanation from a "
             "few noisy human ratings. `plan` picks the inputs to rate (model-guided importance sampling) and "
-            "writes a task table; `aggregate` turns the raters' votes into soft labels (BRAgg, majority, mean); "
+            "writes a task table; `next` writes the next round's tasks of a sequential plan; `rate` answers "
+            "tasks with simulated raters, to rehearse a study; `aggregate` turns the raters' votes into soft labels (BRAgg, majority, mean); "
             "`estimate` gives each pair's correlation with a bootstrap interval; `simulate` measures the "
             "relative correlation error of each configuration per budget with simulated raters."
         ),
     )
     steps = crowd_parser.add_subparsers(title="steps", metavar="STEP", required=True)
     _add_plan(steps)
+    _add_next(steps)
+    _add_rate(steps)
     _add_aggregate(steps)
     _add_estimate(steps)
     _add_simulate(steps)
@@ -122,6 +125,8 @@ class _AtLeastRaters(AtLeast):
     in. A --raters outside its domain passes here; the library refuses it, naming it."""
 
     def violation(self, args: argparse.Namespace) -> str | None:
+        if getattr(args, "rating", None) == "sequential":  # a budget buys votes one at a time
+            return None
         raters = args.raters_per_input
         default = crowd.PLAN_OPTIONS["raters_per_input"].default
         return super().violation(argparse.Namespace(**vars(args), raters=default if raters is None else raters))
@@ -135,16 +140,21 @@ def _add_plan(steps: Any) -> None:
             "Draw budget // raters inputs per (unit, explanation) pair, with replacement, from the MG-IS "
             "proposal (inputs where the unit's standardised activation times the concept model's "
             "standardised probability is large, floor gamma / N) or uniformly. A repeated input is shown "
-            "once, so a pair never needs more than --budget ratings. Writes the plan (for `aggregate` and "
-            "`estimate`) and the task table for a crowdsourcing platform (task, pair, unit, unit_name, "
-            "concept, explanation, input, raters)."
+            "once, so a pair never needs more than --budget ratings. With --rating sequential, raters are "
+            "asked round by round until BRAgg's posterior is --confidence sure (at most --raters votes an "
+            "input), and a pair counts its first draws whose votes fit in --budget: `crowd next` writes each "
+            "next round's tasks. Writes the plan (for `next`, `aggregate` and `estimate`) and the first "
+            "round's task table for a crowdsourcing platform (task, pair, unit, unit_name, concept, "
+            "explanation, input, rated, raters: votes so far and to ask)."
         ),
         rules=(_AtLeastRaters("--budget", "--raters", "--budget must be at least --raters ({bound}); got {value}"),),
     )
     add_activations(p)
     _add_model_and_pairs(p)
-    p.add_argument("--budget", required=True, type=int, metavar="N", help="ratings per pair (at least --raters)")
-    crowd.PLAN_OPTIONS["raters_per_input"].add_argument(p)
+    p.add_argument(
+        "--budget", required=True, type=int, metavar="N", help="ratings per pair (a fixed plan: at least --raters)"
+    )
+    crowd.PLAN_OPTIONS.only("raters_per_input", "rating", "confidence", "eta", "prior").add_arguments(p)
     sampling = p.add_mutually_exclusive_group()
     crowd.PLAN_OPTIONS["gamma"].add_argument(sampling)
     sampling.add_argument("--uniform", action="store_true", help="draw uniformly instead of by MG-IS")
@@ -199,11 +209,7 @@ def _add_aggregate(steps: Any) -> None:
             Needs(("--rater-rates",), (("--eta", "estimate"),), "--rater-rates needs --eta estimate"),
         ),
     )
-    p.add_argument(
-        "ratings",
-        metavar="RATINGS",
-        help="a .csv or .parquet table, one row per vote: pair, input, vote (0/1), and rater (for --eta estimate)",
-    )
+    p.add_argument("ratings", nargs="+", metavar="RATINGS", help=_RATINGS_HELP)
     p.add_argument("--plan", required=True, metavar="PLAN", help="the plan written by `crowd plan`")
     crowd.AGGREGATE_OPTIONS.only("method", "eta", "prior").add_arguments(p)
     p.add_argument(
@@ -376,7 +382,11 @@ def plan(args: argparse.Namespace) -> int:
     check_fits(8 * acts.n_rows * (units.size + concepts.size), "crowd plan")
     # Seven 8-byte columns per draw, held twice (the draws and the plan's table).
     check_fits(
-        2 * 7 * 8 * len(pairs) * (args.budget // options["raters_per_input"]),
+        2
+        * 7
+        * 8
+        * len(pairs)
+        * (args.budget // (1 if options["rating"] == "sequential" else options["raters_per_input"])),
         "crowd plan",
         holds="",
         remedy="use a smaller --budget",
@@ -403,6 +413,8 @@ def plan(args: argparse.Namespace) -> int:
 def _plan_summary(
     result: crowd.Plan, budget: int, seed: int, batch_size: int, out: Path, tasks_out: Path, tasks: pl.DataFrame
 ) -> str:
+    if result.rating == "sequential":
+        return _sequential_plan_summary(result, budget, seed, batch_size, out, tasks_out, tasks)
     shown = result.inputs().group_by("pair", maintain_order=True).len("inputs")
     table = result.pairs.join(shown, on="pair", how="left", maintain_order="left")
     raters = result.raters_per_input
@@ -432,21 +444,164 @@ def _plan_summary(
     return "\n".join(lines)
 
 
+def _sequential_plan_summary(
+    result: crowd.Plan, budget: int, seed: int, batch_size: int, out: Path, tasks_out: Path, tasks: pl.DataFrame
+) -> str:
+    how = "uniform sampling" if result.sampling == "uniform" else f"MG-IS (gamma {result.gamma:g})"
+    lines = [
+        f"planned {count(result.pairs.height, 'pair')} over {result.n_inputs:,} inputs by {how}, seed {seed}: "
+        f"{budget:,} ratings per pair, asked round by round",
+        f"sequential rating: {_rule_text(result)}",
+        f"wrote the plan to {out}",
+        _round_text(tasks, batch_size, tasks_out, 1),
+    ]
+    return "\n".join(lines)
+
+
+def _rule_text(p: crowd.Plan) -> str:
+    return (
+        f"one vote at a time until BRAgg (eta {p.eta:g}, prior {_prior_text(p.prior)}) is {p.confidence:g} sure, "
+        f"at most {count(p.raters_per_input, 'vote')} an input"
+    )
+
+
+def _round_text(tasks: pl.DataFrame, batch_size: int, tasks_out: Path, round_number: int | None) -> str:
+    """What a round's task table asks, and where it was written."""
+    name = "the next round" if round_number is None else f"round {round_number}"
+    return (
+        f"{name} asks {count(int(tasks['raters'].sum()), 'vote')} on {count(tasks.height, 'input')} in "
+        f"{count(tasks['task'].n_unique(), 'task')} (at most {batch_size:,} inputs each): wrote {tasks_out}"
+    )
+
+
+# --------------------------------------------------------------------------- next
+
+
+def _add_next(steps: Any) -> None:
+    p: argparse.ArgumentParser = steps.add_parser(
+        "next",
+        help="the next round's tasks: which inputs need how many more votes, given the ratings so far",
+        description=(
+            "Given the plan and every rating so far, write the next round's task table: each (pair, input) "
+            "the plan still asks about, with the votes it has (rated) and the votes to ask now (raters). A "
+            "sequential plan asks each input the fewest votes that could decide it, over the draws expected "
+            "to fit in the budget; a fixed plan asks what its one round still lacks. When nothing is left to "
+            "ask, the study is finished: the table is empty and `aggregate` and `estimate` follow."
+        ),
+    )
+    p.add_argument("ratings", nargs="*", metavar="RATINGS", help=_RATINGS_HELP + " (none: the first round)")
+    p.add_argument("--plan", required=True, metavar="PLAN", help="the plan written by `crowd plan`")
+    crowd.TASK_OPTIONS.add_arguments(p)
+    p.add_argument(
+        "--tasks",
+        required=True,
+        type=output_file(*TABLE_SUFFIXES),
+        metavar="FILE",
+        help="the next round's task table to write (.csv or .parquet)",
+    )
+    p.set_defaults(command=next_round)
+
+
+_RATINGS_HELP = (
+    "the votes so far: .csv or .parquet tables, one row per vote: pair, input, vote (0/1), and rater "
+    "(for --eta estimate); several files are read as one"
+)
+
+
+def next_round(args: argparse.Namespace) -> int:
+    batch_size = crowd.TASK_OPTIONS.resolve(**crowd.TASK_OPTIONS.from_args(args))["batch_size"]
+    out: Path = args.tasks
+    the_plan = _read_plan(args.plan)
+    ratings = _read_ratings(args.ratings) if args.ratings else None
+    tasks = the_plan.tasks(batch_size, ratings=ratings)
+    write_table(tasks, out)
+    spent = 0 if ratings is None else ratings.height
+    head = f"{count(spent, 'rating')} so far"
+    if the_plan.rating == "sequential":
+        head += f"; sequential rating: {_rule_text(the_plan)}"
+    if tasks.height == 0:
+        print(f"{head}\nthe study is finished: no input needs a vote (wrote an empty {out}); aggregate and estimate")
+    else:
+        print(f"{head}\n{_round_text(tasks, batch_size, out, None)}", flush=True)
+    return 0
+
+
+def _read_ratings(paths: list[str]) -> pl.DataFrame:
+    """The ratings files, as one table (their columns must agree)."""
+    tables = [_read_table(path, "ratings") for path in paths]
+    try:
+        return pl.concat(tables, how="vertical_relaxed")
+    except pl.exceptions.PolarsError as e:
+        raise SourceError(f"the ratings files {', '.join(paths)} do not hold the same columns: {e}") from e
+
+
+# --------------------------------------------------------------------------- rate
+
+
+def _add_rate(steps: Any) -> None:
+    p: argparse.ArgumentParser = steps.add_parser(
+        "rate",
+        help="answer a round's tasks with simulated raters, to rehearse a study",
+        description=(
+            "Simulated raters answer a task table (of `crowd plan` or `crowd next`): each asked vote is wrong "
+            "with probability --eta against LABELS, the true labels. The j-th vote on a (pair, input) comes "
+            "from its own seeded stream, so a study's votes do not depend on how its rounds were cut; a "
+            "study rehearsed round by round ends with the ratings of `neuroneval.crowd.simulate_study`. "
+            "Writes pair, input, rater (the vote's index on its input) and vote."
+        ),
+    )
+    p.add_argument("tasks", metavar="TASKS", help="a task table (.csv or .parquet) of `crowd plan` or `crowd next`")
+    p.add_argument(
+        "labels", metavar="LABELS", help="inputs x explanations: the true binary labels, as CONCEPTS of `score`"
+    )
+    crowd.RATE_OPTIONS.add_arguments(p)
+    p.add_argument(
+        "--out",
+        required=True,
+        type=output_file(*TABLE_SUFFIXES),
+        metavar="RATINGS",
+        help="the votes to write (.csv or .parquet)",
+    )
+    p.set_defaults(command=rate)
+
+
+def rate(args: argparse.Namespace) -> int:
+    options = crowd.RATE_OPTIONS.resolve(**crowd.RATE_OPTIONS.from_args(args))
+    out: Path = args.out
+    tasks = _read_table(args.tasks, "tasks")
+    labels = open_concepts(args.labels)
+    votes = crowd.simulated_votes(tasks, labels.dense(np.arange(labels.n_columns)), **options)
+    write_table(votes, out)
+    print(
+        f"simulated raters wrong with rate {options['eta']:g}, seed {options['seed']}: "
+        f"{count(votes.height, 'vote')} on {count(tasks.height, 'input')}, "
+        f"{int(votes['vote'].sum()):,} 'present'; wrote {out}",
+        flush=True,
+    )
+    return 0
+
+
 # --------------------------------------------------------------------------- aggregate
 
 
 def aggregate(args: argparse.Namespace) -> int:
-    options = crowd.AGGREGATE_OPTIONS.resolve(**crowd.AGGREGATE_OPTIONS.from_args(args))  # before any work
+    given = crowd.AGGREGATE_OPTIONS.from_args(args)
+    options = crowd.AGGREGATE_OPTIONS.resolve(**given)  # before any work
     method, eta, prior = options["method"], options["eta"], options["prior"]
     out: Path = args.out
     rates_out: Path | None = args.rater_rates
     if rates_out is not None:
         _same_file(rates_out, out, "--rater-rates and --out")
-    ratings = _read_table(args.ratings, "ratings")
+    ratings = _read_ratings(args.ratings)
     if eta == "estimate" and "rater" not in ratings.columns:
-        raise ParameterError(f"--eta estimate needs a rater column in {args.ratings}; it has {ratings.columns}")
+        raise ParameterError(
+            f"--eta estimate needs a rater column in {', '.join(args.ratings)}; it has {ratings.columns}"
+        )
     the_plan = _read_plan(args.plan)
-    labels = crowd.aggregate(ratings, **options, plan=the_plan)
+    if the_plan.rating == "sequential":  # the plan's rule stands in for --eta and --prior not given
+        eta = the_plan.eta if given.get("eta") is None else eta
+        prior = the_plan.prior if given.get("prior") is None else prior
+    labels = crowd.aggregate(ratings, **options | {"eta": eta, "prior": prior}, plan=the_plan)
     rates = crowd.rater_error_rates(ratings, prior=prior, plan=the_plan) if eta == "estimate" else None
     writes = [(out, table_writer(labels, out))]
     if rates is not None and rates_out is not None:
@@ -470,7 +625,9 @@ def aggregate(args: argparse.Namespace) -> int:
         rows = [[str(r["rater"]), f"{r['eta']:.4f}", f"{r['votes']:,}"] for r in rates.iter_rows(named=True)]
         lines.append(align(["rater", "eta", "votes"], rows, left=1, indent="  "))
     unrated = the_plan.inputs().join(labels.select("pair", "input"), on=["pair", "input"], how="anti").height
-    if unrated:
+    if the_plan.rating == "sequential":
+        lines += _study_notes(the_plan, labels)
+    elif unrated:
         lines.append(
             f"note: {unrated:,} of the plan's {the_plan.inputs().height:,} (pair, input) have no rating yet; "
             "`crowd estimate` needs them all"
@@ -478,6 +635,32 @@ def aggregate(args: argparse.Namespace) -> int:
     lines.append(f"wrote {out}" + ("" if rates_out is None else f" and {rates_out}"))
     print("\n".join(lines), flush=True)
     return 0
+
+
+def _study_notes(the_plan: crowd.Plan, labels: pl.DataFrame) -> list[str]:
+    """Where a sequential study stands: the draws counted so far, the inputs still asked, the
+    votes on draws beyond the budget."""
+    status = crowd.counted_draws(the_plan, labels)
+    counted = status.filter("counted")
+    waiting = counted.filter(pl.col("ask") > 0).select("pair", "input").n_unique()
+    beyond = labels.join(counted.select("pair", "input"), on=["pair", "input"], how="anti")
+    lines = []
+    if waiting:
+        lines.append(
+            f"note: the study is not finished: {count(waiting, 'input')} still need votes "
+            "(`crowd next` writes the next round's tasks)"
+        )
+    else:
+        lines.append(
+            f"the study is finished: {count(counted.height, 'draw')} counted over "
+            f"{count(the_plan.pairs.height, 'pair')} (the draws whose votes fit in {the_plan.budget:,} per pair)"
+        )
+    if beyond.height:
+        lines.append(
+            f"{count(int(beyond['votes'].sum()), 'vote')} on {count(beyond.height, 'input')} beyond the "
+            "budget: labelled, not counted by `crowd estimate`"
+        )
+    return lines
 
 
 # --------------------------------------------------------------------------- estimate

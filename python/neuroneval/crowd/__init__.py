@@ -16,7 +16,9 @@ label for every input. The CVPR 2026 recipe makes it affordable:
    interval.
 4. `sequential_finished`, `votes_to_ask`, `sequential_labels`: raters asked one at a time about
    an input until BRAgg's posterior is sure, with labels debiased for that stopping rule.
-5. `simulate`: all of it with simulated raters on real activations and true labels, to plan a
+5. `Plan.tasks`, `simulate_study`: a study round by round (a sequential plan asks each input
+   the votes that could decide it next), with simulated raters to rehearse it.
+6. `simulate`: all of it with simulated raters on real activations and true labels, to plan a
    budget: the relative correlation error (RCE) per configuration and budget.
 
 Each step's options (their defaults, domains and help, which the command line's flags show)
@@ -62,6 +64,7 @@ from .simulation import (
     needed_budgets,
     simulate,
 )
+from .study import RATE_OPTIONS, counted_draws, next_round, simulate_study, simulated_votes
 
 __all__ = [
     "AGGREGATE_OPTIONS",
@@ -72,6 +75,7 @@ __all__ = [
     "INTERVALS",
     "METHODS",
     "PLAN_OPTIONS",
+    "RATE_OPTIONS",
     "SEQUENTIAL_OPTIONS",
     "SIMULATE_OPTIONS",
     "TASK_OPTIONS",
@@ -82,10 +86,12 @@ __all__ = [
     "bragg_posterior",
     "cheapest_budgets",
     "configuration_name",
+    "counted_draws",
     "default_interval",
     "estimate",
     "label_attenuation",
     "needed_budgets",
+    "next_round",
     "plan",
     "posterior_path",
     "proposal",
@@ -93,5 +99,7 @@ __all__ = [
     "sequential_finished",
     "sequential_labels",
     "simulate",
+    "simulate_study",
+    "simulated_votes",
     "votes_to_ask",
 ]

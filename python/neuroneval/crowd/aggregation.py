@@ -287,7 +287,10 @@ def aggregate(
         BRAgg's prior: a constant, or the concept model's probability at the input, clipped to
         [0.001, 0.999] (needs `plan`).
     plan : Plan, optional
-        When given, every rated (pair, input) must be one the plan drew.
+        When given, every rated (pair, input) must be one the plan drew. A sequential plan's
+        (``plan(..., rating="sequential")``) eta and prior are the defaults, its "debiased"
+        labels are debiased for its stopping rule (`sequential_labels`; null while an input is
+        unfinished) and the table gains a finished column.
     max_iter, tol
         The EM's stopping rule, for ``eta="estimate"``.
 
@@ -307,6 +310,10 @@ def aggregate(
     >>> aggregate(r, "debiased")["label"].round(4).to_list()
     [0.3498, -0.0537]
     """
+    sequential = isinstance(plan, Plan) and plan.rating == "sequential"
+    if isinstance(plan, Plan) and sequential:  # the rule its raters were asked by
+        eta = plan.eta if eta is None else eta
+        prior = plan.prior if prior is None else prior  # type: ignore[assignment]
     values = AGGREGATE_OPTIONS.resolve(method=method, eta=eta, prior=prior, max_iter=max_iter, tol=tol)
     method, eta, prior = values["method"], values["eta"], values["prior"]
     table = _ratings_table(ratings, plan)
@@ -315,6 +322,8 @@ def aggregate(
     items = table.group_by("pair", "input", maintain_order=True).agg(
         pl.len().alias("votes"), pl.col("vote").sum().alias("positive")
     )
+    if sequential:
+        return _sequential_labels(table, items, method, values, plan)
     pos = items["positive"].to_numpy()
     m = items["votes"].to_numpy()
     if eta == "estimate":
@@ -329,6 +338,30 @@ def aggregate(
             )
         label = _vote_labels(method, pos, m, float(eta), prior_values)
     return items.with_columns(pl.Series("label", label, dtype=pl.Float64))
+
+
+def _sequential_labels(
+    table: pl.DataFrame, items: pl.DataFrame, method: str, values: dict[str, Any], plan: Any
+) -> pl.DataFrame:
+    """`aggregate`'s labels under a sequential plan: the method's, with "debiased" (and
+    composite's debiased column) debiased for the plan's stopping rule and null while an input is
+    unfinished, and finished (bool) for each input."""
+    from .study import sequential_items
+
+    eta, prior = values["eta"], values["prior"]
+    finished, debiased = sequential_items(plan, items, eta, prior, method)
+    pos, m = items["positive"].to_numpy(), items["votes"].to_numpy()
+    if eta == "estimate":
+        _, label = _dawid_skene(table, items, _prior_values(items, prior, plan), values["max_iter"], values["tol"])
+    elif method == "debiased" and debiased is not None:
+        label = debiased
+    else:
+        base = "bragg" if method == "composite" else method
+        label = _vote_labels(base, pos, m, float(eta), _prior_values(items, prior, plan) if base == "bragg" else 0.5)
+    out = items.with_columns(pl.Series("label", label, dtype=pl.Float64).fill_nan(None))
+    if method == "composite":
+        out = out.with_columns(pl.Series("debiased", debiased, dtype=pl.Float64).fill_nan(None))
+    return out.with_columns(pl.Series("finished", finished, dtype=pl.Boolean))
 
 
 def _prior_values(items: pl.DataFrame, prior: float | str, plan: Plan | None) -> Array:

@@ -349,8 +349,12 @@ def _labelled_draws(plan: Plan, labels: pl.DataFrame, way: _Way) -> pl.DataFrame
         raise ShapeError(f"labels lack the column(s) {missing}{hint}")
     if labels.select("pair", "input").is_duplicated().any():
         raise LabelError("labels hold more than one label for some (pair, input)")
+    draws = plan.draws
+    if plan.rating == "sequential":
+        draws = _counted_draws(plan, labels)
+        labels = labels.join(draws.select("pair", "input"), on=["pair", "input"], how="semi")
     values = [_label_column(labels, column, unbounded).alias(column) for column, unbounded in way.labels]
-    joined = plan.draws.join(
+    joined = draws.join(
         labels.select("pair", "input", *values), on=["pair", "input"], how="left", maintain_order="left"
     )
     unlabelled = joined.filter(pl.col("label").is_null()).select("pair", "input").unique()
@@ -360,6 +364,29 @@ def _labelled_draws(plan: Plan, labels: pl.DataFrame, way: _Way) -> pl.DataFrame
             f"{unlabelled.height} drawn (pair, input) have no label (first: pair {first['pair']}, input {first['input']})"
         )
     return joined
+
+
+def _counted_draws(plan: Plan, labels: pl.DataFrame) -> pl.DataFrame:
+    """A sequential plan's draws within its budget, by the votes of `labels` (`aggregate`'s
+    votes and positive columns); every one finished."""
+    from .study import counted_draws
+
+    missing = [c for c in ("votes", "positive") if c not in labels.columns]
+    if missing:
+        raise ShapeError(
+            f"labels of a sequential plan need the columns votes and positive (aggregate's); lack {missing}"
+        )
+    counts = check_columns(labels, "labels", {"votes": "id", "positive": "id"})
+    status = counted_draws(plan, counts)
+    waiting = status.filter(pl.col("counted") & (pl.col("ask") > 0))
+    if waiting.height:
+        first = waiting.row(0, named=True)
+        raise LabelError(
+            f"the study is not finished: {waiting.select('pair', 'input').n_unique():,} counted (pair, input) need "
+            f"more votes (first: pair {first['pair']}, input {first['input']}, {first['votes']} votes); ask the "
+            "next round's tasks (Plan.tasks with the ratings so far; neuroneval crowd next)"
+        )
+    return status.filter("counted").select(plan.draws.columns)
 
 
 def _label_column(labels: pl.DataFrame, column: str, unbounded: bool) -> pl.Series:

@@ -100,8 +100,28 @@ PRIOR = _or_word(
 )
 #: Raters per shown input.
 RATERS = Option("raters_per_input", "integer", 3, "raters per shown input", low=1, flag="--raters", metavar="N")
+#: How raters are asked: a fixed number per shown input, or one at a time until sure.
+RATING = Option(
+    "rating",
+    "choice",
+    "fixed",
+    "fixed: raters_per_input votes on every shown input; sequential: one vote at a time until BRAgg's posterior "
+    "reaches the confidence either way, at most raters_per_input",
+    choices=("fixed", "sequential"),
+)
+#: The sequential rule's confidence (`neuroneval.crowd.sequential`).
+CONFIDENCE = Option(
+    "confidence",
+    "real",
+    0.95,
+    "stop asking about an input once BRAgg's posterior is this sure either way",
+    low=0.5,
+    low_open=True,
+    high=1.0,
+    high_open=True,
+)
 
-#: `plan`'s options.
+#: `plan`'s options (eta and prior: BRAgg's, for the sequential rule).
 PLAN_OPTIONS = Options(
     RATERS,
     GAMMA,
@@ -112,6 +132,10 @@ PLAN_OPTIONS = Options(
         "how the inputs are drawn: mgis (model-guided) or uniform",
         choices=("mgis", "uniform"),
     ),
+    RATING,
+    CONFIDENCE,
+    replace(ETA, help="the raters' error rate BRAgg assumes (the sequential rule's)"),
+    replace(PRIOR, help="BRAgg's prior (the sequential rule's), or 'model' for the concept model's probability"),
     SEED,
 )
 #: `Plan.tasks`'s option.
@@ -171,6 +195,12 @@ class Plan:
     model's probability there). `pairs` has one row per pair: pair, unit, concept,
     unit_name and explanation. A repeated input is shown to raters once and its label reused
     (`inputs`). Plans round-trip through `write` and `read` (one parquet file).
+
+    With ``rating="fixed"`` every shown input gets `raters_per_input` votes in one round. With
+    ``rating="sequential"`` raters are asked round by round (`tasks` with the ratings so far)
+    until BRAgg's posterior (with `eta` and `prior`) is `confidence` sure, at most
+    `raters_per_input` votes an input; the draws counted are each pair's first ones whose votes
+    fit in `budget` (`neuroneval.crowd.study`).
     """
 
     draws: pl.DataFrame
@@ -179,33 +209,52 @@ class Plan:
     raters_per_input: int
     sampling: str
     gamma: float
+    rating: str = RATING.default
+    confidence: float = CONFIDENCE.default
+    eta: float = ETA.default
+    prior: float | str = PRIOR.default
+    budget: int | None = None
 
     def inputs(self) -> pl.DataFrame:
-        """The distinct (pair, input) to show raters, in first-drawn order."""
+        """The distinct (pair, input) to show raters, in first-drawn order (sequentially: that may be shown)."""
         return self.draws.select("pair", "input").unique(maintain_order=True)
 
     def ratings_needed(self) -> int:
-        """Ratings this plan asks for: raters_per_input per distinct (pair, input)."""
+        """Ratings this plan asks for: raters_per_input per distinct (pair, input); sequentially,
+        at most the budget per pair."""
+        if self.rating == "sequential" and self.budget is not None:
+            return self.budget * self.pairs.height
         return self.raters_per_input * self.inputs().height
 
-    def tasks(self, batch_size: int | None = None) -> pl.DataFrame:
-        """The task table for a crowdsourcing platform.
+    def tasks(self, batch_size: int | None = None, ratings: Any = None) -> pl.DataFrame:
+        """The task table of the next round, for a crowdsourcing platform.
 
-        One row per distinct (pair, input); each pair's inputs are grouped into tasks of at
-        most `batch_size` inputs (one explanation per task; default: see `TASK_OPTIONS`), each
-        to be shown to `raters_per_input` raters. Columns: task, pair, unit, unit_name, concept,
-        explanation, input, raters.
+        One row per (pair, input) that needs votes, given the `ratings` so far (a table as
+        `aggregate` takes; None: none yet): every shown input in a fixed plan's one round, the
+        inputs the sequential rule still asks about otherwise (`neuroneval.crowd.study`). Each
+        pair's inputs are grouped into tasks of at most `batch_size` inputs (one explanation per
+        task; default: see `TASK_OPTIONS`). Columns: task, pair, unit, unit_name, concept,
+        explanation, input, rated (votes so far) and raters (votes to ask this round). No row:
+        the study is finished.
         """
+        from .study import next_round
+
         batch_size = TASK_OPTIONS.resolve(batch_size=batch_size)["batch_size"]
-        shown = self.inputs().with_columns(pl.int_range(pl.len()).over("pair").alias("position"))
-        table = (
-            shown.with_columns((pl.col("position") // batch_size).alias("batch"))
-            .join(self.pairs, on="pair", how="left", maintain_order="left")
-            .with_columns(pl.lit(self.raters_per_input).alias("raters"))
+        shown = next_round(self, ratings).with_columns(pl.int_range(pl.len()).over("pair").alias("position"))
+        table = shown.with_columns((pl.col("position") // batch_size).alias("batch")).join(
+            self.pairs, on="pair", how="left", maintain_order="left"
         )
         task_ids = table.select("pair", "batch").unique(maintain_order=True).with_row_index("task")
         return table.join(task_ids, on=["pair", "batch"], how="left", maintain_order="left").select(
-            pl.col("task").cast(pl.Int64), "pair", "unit", "unit_name", "concept", "explanation", "input", "raters"
+            pl.col("task").cast(pl.Int64),
+            "pair",
+            "unit",
+            "unit_name",
+            "concept",
+            "explanation",
+            "input",
+            "rated",
+            "raters",
         )
 
     def write(self, path: Any) -> Any:
@@ -216,20 +265,29 @@ class Plan:
 
     def _frame(self) -> pl.DataFrame:
         meta = dict(
-            n_inputs=self.n_inputs, raters_per_input=self.raters_per_input, sampling=self.sampling, gamma=self.gamma
+            n_inputs=self.n_inputs,
+            raters_per_input=self.raters_per_input,
+            sampling=self.sampling,
+            gamma=self.gamma,
+            rating=self.rating,
+            confidence=self.confidence,
+            eta=self.eta,
+            prior=str(self.prior),
+            budget=-1 if self.budget is None else self.budget,
         )
         joined = self.draws.join(self.pairs, on="pair", how="left", maintain_order="left")
         return joined.with_columns(*(pl.lit(v).alias(k) for k, v in meta.items()))
 
     @staticmethod
     def read(path: Any) -> Plan:
-        """A plan written by `Plan.write`."""
+        """A plan written by `Plan.write` (a fixed plan's file from before sequential rating too)."""
         path = check_path(path)
         try:
             frame = pl.read_parquet(path)
         except (OSError, pl.exceptions.PolarsError) as e:
             raise SourceError(f"cannot read a plan from {path}: {e}") from e
         _check_plan_frame(frame, path)
+        rule = _read_rule(frame, path)
         return Plan(
             draws=frame.select("pair", "draw", "input", "q", "weight", "abar", "model"),
             pairs=frame.select("pair", "unit", "concept", "unit_name", "explanation").unique(
@@ -239,6 +297,7 @@ class Plan:
             raters_per_input=int(frame["raters_per_input"][0]),
             sampling=str(frame["sampling"][0]),
             gamma=float(frame["gamma"][0]),
+            **rule,
         )
 
 
@@ -272,6 +331,35 @@ def _check_plan_frame(frame: pl.DataFrame, path: Any) -> None:
         )
 
 
+#: The rating rule's columns of a plan file, absent from a file written before sequential rating.
+_RULE_COLUMNS = {"rating": "text", "confidence": "number", "eta": "number", "prior": "text", "budget": "id"}
+
+
+def _read_rule(frame: pl.DataFrame, path: Any) -> dict[str, Any]:
+    """A plan file's rating rule (rating, confidence, eta, prior, budget), each checked where
+    `plan` checks it; a file without these columns is a fixed plan's."""
+    if not any(c in frame.columns for c in _RULE_COLUMNS):
+        return {}
+    try:
+        check_columns(frame, "plan rows", _RULE_COLUMNS)
+        prior_text = str(frame["prior"][0])
+        values = PLAN_OPTIONS.only("rating", "confidence", "eta", "prior").resolve(
+            rating=str(frame["rating"][0]),
+            confidence=float(frame["confidence"][0]),
+            eta=float(frame["eta"][0]),
+            prior=prior_text if prior_text == PRIOR.word else float(prior_text),
+        )
+        budget = int(frame["budget"][0])
+        if values["rating"] == "sequential" and budget < 1:
+            raise ParameterError(f"a sequential plan needs a budget of at least 1; got {budget}")
+    except (ShapeError, LabelError, ParameterError, ValueError) as e:
+        raise SourceError(f"{path} is not a neuroneval crowd plan: its rating rule is not one a plan holds: {e}") from e
+    for column in _RULE_COLUMNS:
+        if frame[column].n_unique() != 1:
+            raise SourceError(f"{path} is not a neuroneval crowd plan: its column {column!r} varies between rows")
+    return values | {"budget": None if budget < 1 else budget}
+
+
 def _check_plan(plan: Any) -> Plan:
     if not isinstance(plan, Plan):
         raise ParameterError(f"plan must be a crowd.Plan (from crowd.plan or Plan.read); got {type(plan).__name__}")
@@ -287,6 +375,10 @@ def plan(
     raters_per_input: int | None = None,
     gamma: float | None = None,
     sampling: Sampling | None = None,
+    rating: Literal["fixed", "sequential"] | None = None,
+    confidence: float | None = None,
+    eta: float | None = None,
+    prior: float | Literal["model"] | None = None,
     seed: int | None = None,
     unit_names: Sequence[str] | None = None,
     explanations: Sequence[str] | None = None,
@@ -296,6 +388,11 @@ def plan(
     Each pair gets budget // raters_per_input draws from its proposal (`proposal`, or uniform
     with ``sampling="uniform"``), with replacement; repeated inputs are shown once, so a pair
     never needs more than `budget` ratings. Each pair draws from its own seeded stream.
+
+    With ``rating="sequential"`` a pair gets `budget` draws (a draw takes at least one vote),
+    of which a study counts the first ones whose votes fit in the budget; raters are asked
+    round by round (`Plan.tasks`) until BRAgg's posterior with `eta` and `prior` is
+    `confidence` sure, at most raters_per_input votes an input.
 
     Parameters
     ----------
@@ -312,8 +409,12 @@ def plan(
     unit_names, explanations : sequence of str, optional
         Names of the K units and texts of the T explanations, for the task table.
     """
-    values = PLAN_OPTIONS.resolve(raters_per_input=raters_per_input, gamma=gamma, sampling=sampling, seed=seed)
+    values = PLAN_OPTIONS.resolve(
+        raters_per_input=raters_per_input, gamma=gamma, sampling=sampling, rating=rating, confidence=confidence,
+        eta=eta, prior=prior, seed=seed,
+    )  # fmt: skip
     raters_per_input, gamma, sampling = values["raters_per_input"], values["gamma"], values["sampling"]
+    sequential = values["rating"] == "sequential"
     pair_array = as_pairs(pairs)
     if pair_array.shape[0] == 0:
         raise EmptyInputError("no (unit, concept) pair to plan")
@@ -327,14 +428,14 @@ def plan(
     check_pairs(pair_array, n_units, n_concepts)
     # At most 2^53: ratings are counted in float64, exactly.
     budget = check_integer(budget, "budget", minimum=1, maximum=2**53)
-    if budget < raters_per_input:
+    if budget < raters_per_input and not sequential:
         raise ParameterError(
             f"budget must be an integer of at least raters_per_input ({raters_per_input}); got {budget!r}"
         )
     unit_names = check_names(unit_names, n_units, "unit_names")
     explanations = check_names(explanations, n_concepts, "explanations")
     n = a.shape[0]
-    n_draws = budget // raters_per_input
+    n_draws = budget if sequential else budget // raters_per_input
     frames = []
     for index, (k, t) in enumerate(pair_array):
         unit = as_vector(a[:, k], f"activations column {k}")
@@ -368,4 +469,5 @@ def plan(
             "explanation": [str(explanations[t]) if explanations is not None else f"concept {t}" for t in concepts],
         }
     )
-    return Plan(pl.concat(frames), pair_table, n, raters_per_input, sampling, gamma)
+    rule = {k: values[k] for k in ("rating", "confidence", "eta", "prior")}
+    return Plan(pl.concat(frames), pair_table, n, raters_per_input, sampling, gamma, **rule, budget=budget)

@@ -36,23 +36,13 @@ from .._coerce import as_counts
 from ..errors import ParameterError
 from ..options import Option, Options
 from .aggregation import _log_odds, _posterior, _vote_counts
-from .sampling import Array
+from .sampling import CONFIDENCE, Array
 
 __all__ = ["SEQUENTIAL_OPTIONS", "posterior_path", "sequential_finished", "sequential_labels", "votes_to_ask"]
 
 #: The stopping rule of sequential rating.
 SEQUENTIAL_OPTIONS = Options(
-    Option(
-        "confidence",
-        "real",
-        0.95,
-        "stop asking about an input once BRAgg's posterior is this sure either way",
-        low=0.5,
-        low_open=True,
-        high=1.0,
-        high_open=True,
-    ),
-    Option("max_raters", "integer", 9, "the most raters asked about one input", low=1, metavar="N"),
+    CONFIDENCE, Option("max_raters", "integer", 9, "the most raters asked about one input", low=1, metavar="N")
 )
 
 
@@ -154,6 +144,36 @@ def _debiased(pos: Array, m: Array, e: Array, p: Array, confidence: float, cap: 
     """`sequential_labels` of checked, finished inputs (1-D arrays)."""
     absent, present, _ = _walk(pos, m, e, p, confidence, cap)
     out: Array = (_posterior(pos, m, e, p) - absent) / (present - absent)
+    return out
+
+
+def _expected_votes(
+    pos: Array, m: Array, e: Array, p: Array, confidence: float, cap: int, belief: Array | None = None
+) -> Array:
+    """Each input's expected votes at its stop, from its votes so far (1-D arrays): the votes
+    of a finished input; else a walk over the votes still to come, each "present" with
+    probability 1 - eta or eta as the truth is present or absent, weighted by the posterior
+    from the votes so far and `belief`, the probability that the concept is present before any
+    vote (default: BRAgg's prior p, which the rule uses)."""
+    out = m.copy()
+    live = np.flatnonzero(~_finished(pos, m, e, p, confidence, cap))
+    if live.size == 0:
+        return out
+    pos, m, e, p = pos[live], m[live], e[live], p[live]
+    weight = {1: _posterior(pos, m, e, p if belief is None else belief[live])}
+    weight[0] = 1 - weight[1]
+    alive = {t: weight[t][:, None] for t in (0, 1)}  # alive[t][:, s]: s "present" among the new votes
+    expected = np.zeros(live.size)
+    for j in range(1, cap - int(m.min()) + 1):
+        s = np.arange(j + 1, dtype=np.float64)[None, :]
+        stop = _finished(pos[:, None] + s, m[:, None] + j, e[:, None], p[:, None], confidence, cap)
+        for t, theta in ((0, e), (1, 1 - e)):
+            grown = np.zeros((live.size, j + 1))
+            grown[:, 1:] += alive[t] * theta[:, None]
+            grown[:, :-1] += alive[t] * (1 - theta[:, None])
+            expected += (grown * stop).sum(axis=1) * (m + j)
+            alive[t] = grown * ~stop
+    out[live] = expected
     return out
 
 

@@ -31,12 +31,14 @@ from .aggregation import _posterior, _vote_labels
 from .estimation import LEVEL, _composite, _debiased_value, _delta_se, _plug_in_value, _terms
 from .sampling import (
     _PRIOR_CLIP,
+    CONFIDENCE,
     CONFIGURATIONS,
     ETA,
     GAMMA,
     METHODS,
     PRIOR,
     RATERS,
+    RATING,
     SEED,
     Array,
     Method,
@@ -44,27 +46,17 @@ from .sampling import (
     _standardise,
     proposal,
 )
-from .sequential import SEQUENTIAL_OPTIONS, _debiased, _finished
+from .sequential import _debiased, _finished
 
 #: The relative correlation error to reach.
 TARGET = Option("target", "real", 0.275, "the RCE to reach", low=0.0)
-
-#: How raters are asked: a fixed number per shown input, or one at a time until sure.
-RATING = Option(
-    "rating",
-    "choice",
-    "fixed",
-    "fixed: raters_per_input votes on every shown input; sequential: one vote at a time until BRAgg's posterior "
-    "reaches the confidence either way, at most raters_per_input",
-    choices=("fixed", "sequential"),
-)
 
 #: `simulate`'s options (raters_per_input also takes a sequence of them, to compare).
 SIMULATE_OPTIONS = Options(
     replace(ETA, help="the simulated raters' error rate"),
     RATERS,
     RATING,
-    SEQUENTIAL_OPTIONS["confidence"],
+    CONFIDENCE,
     Option("trials", "integer", 20, "trials per configuration and budget", low=1, metavar="N"),
     GAMMA,
     PRIOR,
