@@ -338,6 +338,108 @@ def test_debiased_chain_equals_library(
     assert code != 0 and ("plain estimator" in err or "plain weights" in err)
 
 
+# --- a study round by round ----------------------------------------------------------------------------
+
+
+def test_round_by_round_study_ends_with_the_library_estimate(
+    files: dict[str, Path], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """`plan --rating sequential`, then `rate` (simulated raters) and `next` until no input needs
+    a vote, then `aggregate` and `estimate`: the estimate of `simulate_study` with the same seeds."""
+    plan_file, labels_file, rho_file = tmp_path / "plan.parquet", tmp_path / "labels.csv", tmp_path / "rho.csv"
+    argv = ["crowd", "plan", files["acts"], files["model"], "--pairs", files["pairs"], "--budget", 120]
+    rule = ["--rating", "sequential", "--raters", 7, "--prior", "model", "--seed", 3, "--unit-names", files["units"]]
+    rule += ["--explanations", files["explanations"]]
+    code, out, err = run([*argv, *rule, "--out", plan_file, "--tasks", tmp_path / "tasks-1.csv"], capfd)
+    assert code == 0, err
+    assert "sequential rating: one vote at a time until BRAgg (eta 0.23, prior the concept model's" in out
+    rounds: list[Path] = []
+    while True:
+        tasks = tmp_path / f"tasks-{len(rounds) + 1}.csv"
+        rounds.append(tmp_path / f"ratings-{len(rounds) + 1}.csv")
+        code, out, err = run(["crowd", "rate", tasks, files["labels"], "--seed", 8, "--out", rounds[-1]], capfd)
+        assert code == 0, err
+        following = tmp_path / f"tasks-{len(rounds) + 1}.csv"
+        code, out, err = run(["crowd", "next", *rounds, "--plan", plan_file, "--tasks", following], capfd)
+        assert code == 0, err
+        if "the study is finished" in out:
+            assert pl.read_csv(following).height == 0
+            break
+        assert pl.read_csv(following).height > 0
+    assert len(rounds) >= 3
+    code, out, err = run(
+        ["crowd", "aggregate", *rounds, "--plan", plan_file, "--method", "debiased", "--out", labels_file], capfd
+    )
+    assert code == 0, err
+    assert "the study is finished" in out
+    argv = ["crowd", "estimate", "--plan", plan_file, "--labels", labels_file, "--estimator", "debiased"]
+    code, out, err = run([*argv, "--out", rho_file], capfd)
+    assert code == 0, err
+
+    the_plan = library_plan(budget=120, rating="sequential", raters_per_input=7, prior="model", seed=3)
+    assert_same_plan(crowd.Plan.read(plan_file), the_plan)
+    ratings = crowd.simulate_study(the_plan, Y, seed=8)
+    written = pl.concat([pl.read_csv(r) for r in rounds])
+    assert_frame_equal(
+        written.sort("pair", "input", "rater"), ratings.sort("pair", "input", "rater"), check_dtypes=False
+    )
+    labels = crowd.aggregate(ratings, "debiased", plan=the_plan)
+    assert_frame_equal(pl.read_csv(labels_file).sort("pair", "input"), labels.sort("pair", "input"), check_dtypes=False)
+    expected = crowd.estimate(the_plan, labels, estimator="debiased")
+    assert_frame_equal(pl.read_csv(rho_file), expected, check_dtypes=False, check_exact=True)
+    assert expected["draws"].min() > 10
+
+
+@pytest.mark.parametrize(
+    ("case", "fragments"),
+    [
+        ("tasks without rated", ["tasks", "rated"]),
+        ("labels not binary", ["binary"]),
+        ("input beyond labels", ["outside labels"]),
+        ("eta out of range", ["eta"]),
+    ],
+)
+def test_rate_bad_input_is_one_line(
+    files: dict[str, Path], tmp_path: Path, capfd: pytest.CaptureFixture[str], case: str, fragments: list[str]
+) -> None:
+    tasks = library_plan().tasks()
+    labels, extra = files["labels"], []
+    if case == "tasks without rated":
+        tasks = tasks.drop("rated")
+    elif case == "labels not binary":
+        labels = tmp_path / "soft.npy"
+        np.save(labels, MODEL)
+    elif case == "input beyond labels":
+        tasks = tasks.with_columns(pl.lit(N + 5).alias("input"))
+    else:
+        extra = ["--eta", "0.5"]
+    tasks.write_csv(tmp_path / "tasks.csv")
+    out = tmp_path / "votes.csv"
+    code, stdout, err = run(["crowd", "rate", tmp_path / "tasks.csv", labels, *extra, "--out", out], capfd)
+    assert stdout == ""
+    assert_one_line_error(code, err, 2, *fragments)
+    assert not out.exists()
+
+
+def test_next_bad_input_is_one_line(planned: dict[str, Any], tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    planned["ratings"].write_csv(tmp_path / "a.csv")
+    planned["ratings"].drop("rater").with_columns(pl.lit("x").alias("note")).write_csv(tmp_path / "b.csv")
+    out = tmp_path / "next.csv"
+    argv = ["crowd", "next", "--plan", planned["plan_file"], "--tasks", out]
+    code, stdout, err = run([*argv, tmp_path / "a.csv", tmp_path / "b.csv"], capfd)
+    assert_one_line_error(code, err, 2, "do not hold the same columns")
+    planned["ratings"].with_columns(pl.lit(N - 1).alias("input")).write_csv(tmp_path / "c.csv")
+    code, stdout, err = run([*argv, tmp_path / "c.csv"], capfd)
+    assert_one_line_error(code, err, 2, "the plan did not draw")
+    assert not out.exists()
+    # a fixed plan's one round: all of it before any rating, none after
+    code, stdout, err = run([*argv], capfd)
+    assert code == 0, err
+    assert_frame_equal(pl.read_csv(out), planned["plan"].tasks(), check_dtypes=False)
+    code, stdout, err = run([*argv, tmp_path / "a.csv"], capfd)
+    assert code == 0 and "the study is finished" in stdout
+
+
 # --- simulate ----------------------------------------------------------------------------------------
 
 
@@ -912,7 +1014,7 @@ def test_interrupted(
 def test_help(capfd: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["crowd", "--help"], capfd)
     assert code == 0
-    for step in ["plan", "aggregate", "estimate", "simulate"]:
+    for step in ["plan", "next", "rate", "aggregate", "estimate", "simulate"]:
         assert step in out
     expected = {
         "plan": [
@@ -925,10 +1027,14 @@ def test_help(capfd: pytest.CaptureFixture[str]) -> None:
             "--unit-names",
             "--explanations",
             "--batch-size",
+            "--rating",
+            "--confidence",
             "--out",
             "--tasks",
         ],
         "aggregate": ["--plan", "--method", "--eta", "--prior", "--out", "--rater-rates"],
+        "next": ["--plan", "--tasks", "--batch-size"],
+        "rate": ["--eta", "--seed", "--out"],
         "estimate": ["--plan", "--labels", "--self-normalised", "--level", "--bootstrap", "--seed", "--out"],
         "simulate": [
             "--pairs",
