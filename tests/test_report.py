@@ -290,6 +290,43 @@ def test_crowd_with_raters_per_input_shows_each_configuration_at_its_best(result
     assert "0.400" in cells[0][2]  # the RCE at the end of the 9-rater curve, not the 3-rater one's 0.700
 
 
+def test_crowd_with_a_sequential_simulation_shows_ratings_spent(results: Results) -> None:
+    """With rce-sequential.csv, each configuration of both files at its best raters per input is a
+    curve of RCE against the ratings it spent (not its budget), and each sequential one's needed
+    ratings are a row of the table."""
+    budgets = [100, 1000, 10000]
+
+    def table(rows: list[tuple[str, str, int, list[float], list[float]]]) -> pl.DataFrame:
+        return pl.DataFrame(
+            [
+                {"sampling": s, "aggregation": a, "raters": r, "budget": b, "rce": v, "rce_se": 0.01, "ratings": x}
+                for s, a, r, values, spent in rows
+                for b, v, x in zip(budgets, values, spent, strict=True)
+            ]
+        )
+
+    fixed = [("uniform", "majority", 3, [0.9, 0.5, 0.2], [99.0, 999.0, 9999.0])]
+    sequential = [
+        ("mgis", "bragg", 5, [0.5, 0.2, 0.1], [60.0, 700.0, 8000.0]),  # reaches at 100 * 10^((0.5 - 0.275) / 0.3)
+        ("mgis", "bragg", 9, [0.6, 0.3, 0.1], [80.0, 900.0, 9000.0]),
+    ]
+    table(fixed).write_csv(results.directory / "crowd" / "rce.csv")
+    table(sequential).write_csv(results.directory / "crowd" / "rce-sequential.csv")
+    section = parse(report.render_report(results.directory)).find("section", id="crowd")
+    cells = [[c.text() for c in tr.children if not isinstance(c, str)] for tr in section.find("tbody").find_all("tr")]
+    assert cells[-1][:2] == ["MG-IS + BRAgg, sequential", f"{100 * 10 ** ((0.5 - 0.275) / 0.3):,.0f}"]
+    spent = section.find_all("svg")[-1]
+    assert [t.text() for t in spent.find_all("text")][-2:] == ["uniform + majority", "MG-IS + BRAgg, sequential"]
+    # x is log10 of the ratings spent, on the axis spanning the smallest to the largest of them
+    lines = [[float(p.split(",")[0]) for p in line.attrs["points"].split()] for line in spent.find_all("polyline")]
+    first, second = np.log10([99.0, 999.0, 9999.0]), np.log10([60.0, 700.0, 8000.0])
+    scale = (lines[0][-1] - lines[0][0]) / (first[-1] - first[0])  # pixels per decade, from the first curve
+    np.testing.assert_allclose(lines[0], lines[0][0] + scale * (first - first[0]), atol=0.02)
+    np.testing.assert_allclose(lines[1], lines[0][0] + scale * (second - first[0]), atol=0.02)
+    assert lines[1][0] == min(lines[0] + lines[1])  # the axis starts at the fewest ratings spent, 60
+    assert "ratings spent per (unit, explanation) pair" in spent.text()
+
+
 def test_self_contained(results: Results) -> None:
     page = report.render_report(results.directory)
     doc = parse(page)

@@ -181,9 +181,16 @@ def histogram(m: str, values: npt.NDArray[np.float64], unit_best: npt.NDArray[np
     )
 
 
-def rce_chart(rce: pl.DataFrame, target: float | None) -> RceChart | None:
-    """The curves of an RCE table (the page's chart without rce.png); None without a positive budget."""
-    data = rce.filter(pl.col("budget") > 0)
+def rce_chart(
+    rce: pl.DataFrame,
+    target: float | None,
+    x_column: str = "budget",
+    x_label: str = "ratings per (unit, explanation) pair",
+) -> RceChart | None:
+    """The curves of an RCE table (the page's chart without rce.png) against its column
+    `x_column` (log scale), one per configuration, or per `name` where the table has that
+    column; None without a positive `x_column`."""
+    data = rce.filter(pl.col(x_column) > 0).with_columns(pl.col(x_column).alias("budget"))
     if data.height == 0:
         return None
     w, h, left, right, top, bottom = 640, 300, 52, 190, 12, 40
@@ -209,14 +216,20 @@ def rce_chart(rce: pl.DataFrame, target: float | None) -> RceChart | None:
     for frac in (0.0, 0.25, 0.5, 0.75, 1.0):
         _, y = xy(10**x_lo, y_hi * frac)
         labels.append(Label(left - 4, y + 3, f"{y_hi * frac:.2f}", "end"))
-    labels.append(Label(left + pw / 2, h - 6, "ratings per (unit, explanation) pair", "middle"))
+    labels.append(Label(left + pw / 2, h - 6, x_label, "middle"))
     target_line = target_label = None
     if target is not None:
         _, y = xy(10**x_lo, target)
         target_line = Line(left, y, left + pw, y, "target")
         target_label = Label(left + pw + 8, y + 3, f"target {target:g}")
     curves = []
-    for j, ((sampling, method), group) in enumerate(data.group_by("sampling", "aggregation", maintain_order=True)):
+    if "name" not in data.columns:
+        data = data.with_columns(
+            pl.struct("sampling", "aggregation")
+            .map_elements(lambda r: configuration(r["sampling"], r["aggregation"]), return_dtype=pl.String)
+            .alias("name")
+        )
+    for j, ((name,), group) in enumerate(data.group_by("name", maintain_order=True)):
         colour = _COLOURS[j % len(_COLOURS)]
         group = group.sort("budget").filter(pl.col("rce").is_not_nan())
         ly = top + 14 + 18 * j
@@ -225,7 +238,7 @@ def rce_chart(rce: pl.DataFrame, target: float | None) -> RceChart | None:
                 colour=colour,
                 points=[xy(b, v) for b, v in group.select("budget", "rce").iter_rows()],
                 legend=Line(left + pw + 8, ly, left + pw + 26, ly, stroke=colour),
-                name=Label(left + pw + 30, ly + 4, configuration(sampling, method)),
+                name=Label(left + pw + 30, ly + 4, str(name)),
             )
         )
     axes = [Line(left, top + ph, left + pw, top + ph, "axis"), Line(left, top, left, top + ph, "axis")]

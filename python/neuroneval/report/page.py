@@ -444,11 +444,23 @@ class _Page:
             )
         png = self.directory / "crowd" / "rce.png"
         image = _file_image(png, "relative correlation error against ratings per pair") if png.is_file() else None
+        sequential = []
+        for r in [] if crowd.sequential_needed is None else crowd.sequential_needed.iter_rows(named=True):
+            n = r["needed"]
+            name = f"{configuration(r['sampling'], r['aggregation'])}, sequential"
+            sequential.append({"name": name, "needed": n if n is not None and math.isfinite(n) else None})
+        spent = None
+        if crowd.spent is not None:
+            spent = rce_chart(
+                crowd.spent, crowd.target, x_column="ratings", x_label="ratings spent per (unit, explanation) pair"
+            )
         return {
             "target": crowd.target,
             "rows": rows,
+            "sequential": sequential,
             "image": image,
             "chart": None if image is not None else rce_chart(crowd.rce, crowd.target),
+            "spent": spent,
         }
 
     def _comparison(self, c: Compared) -> dict[str, Any]:

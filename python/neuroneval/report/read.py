@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,11 @@ class Crowd:
     rce: pl.DataFrame
     needed: pl.DataFrame
     target: float | None
+    #: With rce-sequential.csv: every configuration of both files at its best raters per input,
+    #: name (", sequential" for the second's), ratings (mean ratings spent per pair), rce, rce_se;
+    #: and the ratings each sequential configuration needs (sampling, aggregation, needed).
+    spent: pl.DataFrame | None = None
+    sequential_needed: pl.DataFrame | None = None
 
 
 @dataclass
@@ -223,7 +228,33 @@ def _read_sanity(directory: Path) -> pl.DataFrame | None:
 
 
 def _read_crowd(directory: Path, target: float | None) -> Crowd | None:
-    """crowd/, or None without rce.csv."""
+    """crowd/, or None without rce.csv; with rce-sequential.csv (a simulation of sequential
+    rating), the ratings spent of both."""
+    crowd = _read_fixed_crowd(directory, target)
+    path = directory / "crowd" / "rce-sequential.csv"
+    if crowd is None or not path.is_file():
+        return crowd
+    from neuroneval.crowd import best_raters, configuration_name
+
+    goal = DEFAULT_CROWD_TARGET if crowd.target is None else crowd.target
+    frames, bests = [], []
+    for table_path, suffix in ((directory / "crowd" / "rce.csv", ""), (path, ", sequential")):
+        schema = {"sampling": pl.String, "aggregation": pl.String, "raters": pl.Int64, "budget": pl.Float64}
+        table = _read_csv(table_path, {**schema, "rce": pl.Float64, "rce_se": pl.Float64, "ratings": pl.Float64})
+        missing = [c for c in (*schema, "rce", "rce_se", "ratings") if c not in table.columns]
+        if missing:
+            raise SourceError(f"{table_path} lacks the columns {', '.join(missing)} (of crowd.Simulation.rce)")
+        best = best_raters(table, goal)
+        bests.append(best)
+        names = [f"{configuration_name(s, a)}{suffix}" for s, a in best.select("sampling", "aggregation").iter_rows()]
+        frames.append(best.select("ratings", "rce", "rce_se").with_columns(pl.Series("name", names)))
+    spent = pl.concat(frames).select("name", "ratings", "rce", "rce_se")
+    sequential = _needed(bests[1].select("sampling", "aggregation", "budget", "rce"), goal)
+    return replace(crowd, spent=spent, sequential_needed=sequential)
+
+
+def _read_fixed_crowd(directory: Path, target: float | None) -> Crowd | None:
+    """rce.csv and needed.csv of crowd/, or None without rce.csv."""
     path = directory / "crowd" / "rce.csv"
     if not path.is_file():
         return None
