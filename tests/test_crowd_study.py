@@ -42,7 +42,7 @@ def study(request: pytest.FixtureRequest) -> dict[str, Any]:
     p = sequential_plan(prior=request.param)
     rounds = []
     ratings = pl.DataFrame(schema={"pair": pl.Int64, "input": pl.Int64, "rater": pl.Int64, "vote": pl.Int64})
-    while (tasks := p.tasks(ratings=ratings)).height:
+    while (tasks := crowd.next_tasks(p, ratings)).height:
         rounds.append(tasks)
         ratings = pl.concat([ratings, crowd.simulated_votes(tasks, Y, seed=9)])
     return {"plan": p, "ratings": ratings, "rounds": rounds}
@@ -210,13 +210,14 @@ def test_simulated_votes_do_not_depend_on_the_rounds() -> None:
 def test_a_fixed_plan_has_one_round() -> None:
     p = crowd.plan(PAIRS, A, MODEL, 60, raters_per_input=3, seed=1)
     first = p.tasks()
+    assert_frame_equal(crowd.next_tasks(p), first)
     assert (first["raters"] == 3).all() and (first["rated"] == 0).all()
     assert first.height == p.inputs().height
     ratings = crowd.simulate_study(p, Y, seed=1)
     assert ratings.height == 3 * p.inputs().height
-    assert p.tasks(ratings=ratings).height == 0
+    assert crowd.next_tasks(p, ratings).height == 0
     partial = ratings.filter(pl.col("rater") < 1)  # one vote each: two more asked
-    again = p.tasks(ratings=partial)
+    again = crowd.next_tasks(p, partial)
     assert (again["raters"] == 2).all() and (again["rated"] == 1).all() and again.height == first.height
     labels = crowd.aggregate(ratings, "majority", plan=p)
     assert "finished" not in labels.columns
@@ -228,7 +229,9 @@ def test_a_sequential_plan_file_keeps_its_rule(tmp_path: Any) -> None:
     p.write(tmp_path / "p.parquet")
     back = crowd.Plan.read(tmp_path / "p.parquet")
     assert (back.rating, back.confidence, back.eta, back.prior, back.budget) == ("sequential", 0.9, 0.2, "model", 150)
-    assert_frame_equal(back.tasks(), p.tasks())
+    assert_frame_equal(crowd.next_tasks(back), crowd.next_tasks(p))
+    with pytest.raises(ParameterError, match="round by round"):
+        p.tasks()
     assert p.draws.height == 150 * len(PAIRS)  # a draw takes at least one vote
     frame = pl.read_parquet(tmp_path / "p.parquet")
     # a file from before sequential rating is a fixed plan's

@@ -442,6 +442,8 @@ COMMANDS: dict[tuple[str, str], list[str]] = {
                               "--out", "{ro}/plan.parquet"],
     ("crowd plan", "--tasks"): ["crowd", "plan", "{acts}", "{model}", "--pairs", "{pairs}", "--budget", "9",
                                 "--out", "{rw}/plan.parquet", "--tasks", "{ro}/tasks.csv"],
+    ("crowd next", "--tasks"): ["crowd", "next", "{ratings}", "--plan", "{plan}", "--tasks", "{ro}/t.csv"],
+    ("crowd rate", "--out"): ["crowd", "rate", "{ratings}", "{y}", "--out", "{ro}/v.csv"],
     ("crowd aggregate", "--out"): ["crowd", "aggregate", "{ratings}", "--plan", "{plan}", "--out", "{ro}/l.csv"],
     ("crowd aggregate", "--rater-rates"): ["crowd", "aggregate", "{ratings}", "--plan", "{plan}", "--out",
                                            "{rw}/l.csv", "--eta", "estimate", "--rater-rates", "{ro}/r.csv"],

@@ -404,7 +404,7 @@ def plan(args: argparse.Namespace) -> int:
         explanations=[f"concept {t}" if model.names is None else model.names[t] for t in concepts],
     )
     result = replace(result, pairs=_original_pairs(result.pairs, pairs))
-    tasks = result.tasks(batch_size)
+    tasks = crowd.next_tasks(result, batch_size=batch_size)
     write_together([(out, result.write), (tasks_out, table_writer(tasks, tasks_out))])
     print(_plan_summary(result, args.budget, options["seed"], batch_size, out, tasks_out, tasks), flush=True)
     return 0
@@ -513,7 +513,7 @@ def next_round(args: argparse.Namespace) -> int:
     out: Path = args.tasks
     the_plan = _read_plan(args.plan)
     ratings = _read_ratings(args.ratings) if args.ratings else None
-    tasks = the_plan.tasks(batch_size, ratings=ratings)
+    tasks = crowd.next_tasks(the_plan, ratings, batch_size)
     write_table(tasks, out)
     spent = 0 if ratings is None else ratings.height
     head = f"{count(spent, 'rating')} so far"

@@ -16,7 +16,7 @@ label for every input. The CVPR 2026 recipe makes it affordable:
    interval.
 4. `sequential_finished`, `votes_to_ask`, `sequential_labels`: raters asked one at a time about
    an input until BRAgg's posterior is sure, with labels debiased for that stopping rule.
-5. `Plan.tasks`, `simulate_study`: a study round by round (a sequential plan asks each input
+5. `next_tasks`, `simulate_study`: a study round by round (a sequential plan asks each input
    the votes that could decide it next), with simulated raters to rehearse it.
 6. `simulate`: all of it with simulated raters on real activations and true labels, to plan a
    budget: the relative correlation error (RCE) per configuration and budget.
@@ -48,11 +48,11 @@ from .aggregation import (
     AGGREGATE_OPTIONS,
     ATTENUATION_OPTIONS,
     aggregate,
-    bragg_posterior,
     label_attenuation,
     rater_error_rates,
 )
 from .estimation import ESTIMATE_OPTIONS, ESTIMATORS, INTERVALS, default_interval, estimate
+from .posterior import bragg_posterior
 from .sampling import CONFIGURATIONS, METHODS, PLAN_OPTIONS, TASK_OPTIONS, Plan, plan, proposal
 from .sequential import SEQUENTIAL_OPTIONS, posterior_path, sequential_finished, sequential_labels, votes_to_ask
 from .simulation import (
@@ -64,7 +64,7 @@ from .simulation import (
     needed_budgets,
     simulate,
 )
-from .study import RATE_OPTIONS, counted_draws, next_round, simulate_study, simulated_votes
+from .study import RATE_OPTIONS, counted_draws, next_round, next_tasks, simulate_study, simulated_votes
 
 __all__ = [
     "AGGREGATE_OPTIONS",
@@ -92,6 +92,7 @@ __all__ = [
     "label_attenuation",
     "needed_budgets",
     "next_round",
+    "next_tasks",
     "plan",
     "posterior_path",
     "proposal",

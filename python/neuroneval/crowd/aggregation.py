@@ -10,8 +10,9 @@ import numpy as np
 import polars as pl
 
 from .._coerce import as_counts, as_reals, as_table, check_columns
-from ..errors import EmptyInputError, LabelError, ParameterError, ShapeError
+from ..errors import EmptyInputError, LabelError, ParameterError
 from ..options import Option, Options
+from .posterior import _posterior
 from .sampling import (
     _PRIOR_CLIP,
     ETA,
@@ -27,6 +28,7 @@ from .sampling import (
     _check_plan,
     _or_word,
 )
+from .sequential import _finished, _walk
 
 #: `aggregate`'s options (`rater_error_rates` takes prior and max_iter).
 AGGREGATE_OPTIONS = Options(
@@ -55,72 +57,6 @@ ATTENUATION_OPTIONS = Options(
 
 # --------------------------------------------------------------------------------------------
 # Aggregation
-
-
-def bragg_posterior(positive: Any, votes: Any, eta: Any = None, prior: Any = None) -> Array:
-    """BRAgg's posterior that the concept is present, from `positive` "present" votes of `votes`.
-
-    logit(c) = logit(prior) + (2 positive - votes) log((1 - eta) / eta) (SPEC section 6).
-    Arrays broadcast.
-
-    Parameters
-    ----------
-    positive, votes : int or array_like of int
-        Vote counts: integers (not bools, not floats, however whole) with
-        0 <= positive <= votes. No vote at all (votes = 0) leaves the prior.
-    eta : float or array_like
-        Raters' error rate, each in `ETA`'s domain (None: its default).
-    prior : float or array_like
-        The prior that the concept is present, each in `PRIOR_PROBABILITY`'s domain (None: its default).
-
-    Examples
-    --------
-    >>> bragg_posterior([0, 1, 2, 3], 3).round(6).tolist()
-    [0.001401, 0.015478, 0.149805, 0.663849]
-    >>> bragg_posterior(4, 3)
-    Traceback (most recent call last):
-    ...
-    neuroneval.errors.ParameterError: positive must not exceed votes; found positive 4 of votes 3
-    """
-    return _posterior(*_vote_counts(positive, votes, eta, prior))
-
-
-def _vote_counts(positive: Any, votes: Any, eta: Any, prior: Any) -> tuple[Array, Array, Array, Array]:
-    """Vote counts with their raters' error rates and priors, each checked (None: the declared
-    default), broadcasting together, and no more "present" votes than votes."""
-    pos = as_counts(positive, "positive")
-    m = as_counts(votes, "votes")
-    e = as_reals(ETA.default if eta is None else eta, "eta")
-    p = as_reals(PRIOR_PROBABILITY.default if prior is None else prior, "prior")
-    try:
-        np.broadcast_shapes(pos.shape, m.shape, e.shape, p.shape)
-    except ValueError as err:
-        raise ShapeError(
-            f"positive, votes, eta and prior must broadcast together; got shapes {pos.shape}, {m.shape}, "
-            f"{e.shape} and {p.shape}"
-        ) from err
-    pos_b, m_b = np.broadcast_arrays(pos, m)
-    over = np.flatnonzero((pos_b > m_b).ravel())
-    if over.size:
-        i = over[0]
-        raise ParameterError(
-            f"positive must not exceed votes; found positive {pos_b.ravel()[i]:.0f} of votes {m_b.ravel()[i]:.0f}"
-        )
-    _check_each(ETA, e, eta)
-    _check_each(PRIOR_PROBABILITY, p, prior)
-    return pos, m, e, p
-
-
-def _posterior(positive: Any, votes: Any, eta: Any, prior: Any) -> Array:
-    """BRAgg's posterior, unchecked (the callers validated their arguments)."""
-    out: Array = 1.0 / (1.0 + np.exp(-_log_odds(positive, votes, eta, prior)))
-    return out
-
-
-def _log_odds(positive: Any, votes: Any, eta: Any, prior: Any) -> Array:
-    """logit of BRAgg's posterior: logit(prior) + (2 positive - votes) log((1 - eta) / eta)."""
-    out: Array = np.log(prior / (1 - prior)) + (2 * np.asarray(positive) - votes) * np.log((1 - eta) / eta)
-    return out
 
 
 def _binomial_pmf(m: int, p: float) -> Array:
@@ -346,10 +282,8 @@ def _sequential_labels(
     """`aggregate`'s labels under a sequential plan: the method's, with "debiased" (and
     composite's debiased column) debiased for the plan's stopping rule and null while an input is
     unfinished, and finished (bool) for each input."""
-    from .study import sequential_items
-
     eta, prior = values["eta"], values["prior"]
-    finished, debiased = sequential_items(plan, items, eta, prior, method)
+    finished, debiased = _sequential_items(plan, items, eta, prior, method)
     pos, m = items["positive"].to_numpy(), items["votes"].to_numpy()
     if eta == "estimate":
         _, label = _dawid_skene(table, items, _prior_values(items, prior, plan), values["max_iter"], values["tol"])
@@ -362,6 +296,47 @@ def _sequential_labels(
     if method == "composite":
         out = out.with_columns(pl.Series("debiased", debiased, dtype=pl.Float64).fill_nan(None))
     return out.with_columns(pl.Series("finished", finished, dtype=pl.Boolean))
+
+
+def _priors(plan: Plan, rows: pl.DataFrame) -> Array:
+    """BRAgg's prior at each row's (pair, input): the plan's, or its concept model's probability."""
+    if plan.prior != "model":
+        return np.full(rows.height, float(plan.prior))
+    model = plan.draws.select("pair", "input", "model").unique(["pair", "input"])
+    joined = rows.select("pair", "input").join(model, on=["pair", "input"], how="left", maintain_order="left")
+    clipped: Array = np.clip(joined["model"].to_numpy().astype(np.float64), *_PRIOR_CLIP)
+    return clipped
+
+
+def _sequential_items(
+    plan: Plan, items: pl.DataFrame, eta: float, prior: Any, method: str
+) -> tuple[np.ndarray, Array | None]:
+    """For `aggregate` with a sequential plan: whether each item (pair, input, votes, positive)
+    is finished, and, for the debiased methods, its label debiased for the plan's stopping rule
+    (NaN while unfinished). The debiased labels need the rule the raters were asked by."""
+    if method in ("debiased", "composite") and (eta != plan.eta or str(prior) != str(plan.prior)):
+        raise ParameterError(
+            f"the debiased labels of a sequential plan need the rule its raters were asked by: eta {plan.eta:g}, "
+            f"prior {plan.prior}; got eta {eta}, prior {prior}"
+        )
+    pos = items["positive"].to_numpy().astype(np.float64)
+    m = items["votes"].to_numpy().astype(np.float64)
+    priors = _priors(plan, items)
+    etas = np.full(m.size, plan.eta)
+    done = _finished(pos, m, etas, priors, plan.confidence, plan.raters_per_input)
+    if method not in ("debiased", "composite"):
+        return done, None
+    debiased = np.full(m.size, np.nan)
+    at = np.flatnonzero(done)
+    absent, present, reached = _walk(pos[at], m[at], etas[at], priors[at], plan.confidence, plan.raters_per_input)
+    if not reached.all():
+        row = items.row(int(at[np.flatnonzero(~reached)[0]]), named=True)
+        raise LabelError(
+            f"pair {row['pair']}, input {row['input']} has {row['votes']} votes ({row['positive']} present), past "
+            "the sequential rule's stop: it was asked more than the plan's rule asks"
+        )
+    debiased[at] = (_posterior(pos[at], m[at], etas[at], priors[at]) - absent) / (present - absent)
+    return done, debiased
 
 
 def _prior_values(items: pl.DataFrame, prior: float | str, plan: Plan | None) -> Array:

@@ -384,7 +384,7 @@ def _counted_draws(plan: Plan, labels: pl.DataFrame) -> pl.DataFrame:
         raise LabelError(
             f"the study is not finished: {waiting.select('pair', 'input').n_unique():,} counted (pair, input) need "
             f"more votes (first: pair {first['pair']}, input {first['input']}, {first['votes']} votes); ask the "
-            "next round's tasks (Plan.tasks with the ratings so far; neuroneval crowd next)"
+            "next round's tasks (crowd.next_tasks; neuroneval crowd next)"
         )
     return status.filter("counted").select(plan.draws.columns)
 

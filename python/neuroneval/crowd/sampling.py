@@ -197,7 +197,7 @@ class Plan:
     (`inputs`). Plans round-trip through `write` and `read` (one parquet file).
 
     With ``rating="fixed"`` every shown input gets `raters_per_input` votes in one round. With
-    ``rating="sequential"`` raters are asked round by round (`tasks` with the ratings so far)
+    ``rating="sequential"`` raters are asked round by round (`neuroneval.crowd.next_tasks`)
     until BRAgg's posterior (with `eta` and `prior`) is `confidence` sure, at most
     `raters_per_input` votes an input; the draws counted are each pair's first ones whose votes
     fit in `budget` (`neuroneval.crowd.study`).
@@ -226,36 +226,21 @@ class Plan:
             return self.budget * self.pairs.height
         return self.raters_per_input * self.inputs().height
 
-    def tasks(self, batch_size: int | None = None, ratings: Any = None) -> pl.DataFrame:
-        """The task table of the next round, for a crowdsourcing platform.
+    def tasks(self, batch_size: int | None = None) -> pl.DataFrame:
+        """The task table of a fixed plan's one round, for a crowdsourcing platform.
 
-        One row per (pair, input) that needs votes, given the `ratings` so far (a table as
-        `aggregate` takes; None: none yet): every shown input in a fixed plan's one round, the
-        inputs the sequential rule still asks about otherwise (`neuroneval.crowd.study`). Each
-        pair's inputs are grouped into tasks of at most `batch_size` inputs (one explanation per
-        task; default: see `TASK_OPTIONS`). Columns: task, pair, unit, unit_name, concept,
-        explanation, input, rated (votes so far) and raters (votes to ask this round). No row:
-        the study is finished.
+        One row per distinct (pair, input); each pair's inputs are grouped into tasks of at
+        most `batch_size` inputs (one explanation per task; default: see `TASK_OPTIONS`), each
+        to be shown to `raters_per_input` raters. Columns: task, pair, unit, unit_name, concept,
+        explanation, input, rated (0: votes so far) and raters. A sequential plan's tasks come
+        round by round: `neuroneval.crowd.next_tasks` (which also continues a fixed plan).
         """
-        from .study import next_round
-
-        batch_size = TASK_OPTIONS.resolve(batch_size=batch_size)["batch_size"]
-        shown = next_round(self, ratings).with_columns(pl.int_range(pl.len()).over("pair").alias("position"))
-        table = shown.with_columns((pl.col("position") // batch_size).alias("batch")).join(
-            self.pairs, on="pair", how="left", maintain_order="left"
-        )
-        task_ids = table.select("pair", "batch").unique(maintain_order=True).with_row_index("task")
-        return table.join(task_ids, on=["pair", "batch"], how="left", maintain_order="left").select(
-            pl.col("task").cast(pl.Int64),
-            "pair",
-            "unit",
-            "unit_name",
-            "concept",
-            "explanation",
-            "input",
-            "rated",
-            "raters",
-        )
+        if self.rating == "sequential":
+            raise ParameterError(
+                "a sequential plan's tasks come round by round: crowd.next_tasks(plan, ratings_so_far)"
+            )
+        shown = self.inputs().with_columns(pl.lit(0).alias("rated"), pl.lit(self.raters_per_input).alias("raters"))
+        return _task_table(self, shown, batch_size)
 
     def write(self, path: Any) -> Any:
         """One parquet file holding the draws, the pairs and the plan's parameters."""
@@ -299,6 +284,30 @@ class Plan:
             gamma=float(frame["gamma"][0]),
             **rule,
         )
+
+
+def _task_table(plan: Plan, shown: pl.DataFrame, batch_size: int | None) -> pl.DataFrame:
+    """A round's task table: `shown` (pair, input, rated, raters, in order) with the pairs'
+    names, each pair's inputs in tasks of at most `batch_size` (`TASK_OPTIONS`)."""
+    batch_size = TASK_OPTIONS.resolve(batch_size=batch_size)["batch_size"]
+    shown = shown.select("pair", "input", "rated", "raters").with_columns(
+        pl.int_range(pl.len()).over("pair").alias("position")
+    )
+    table = shown.with_columns((pl.col("position") // batch_size).alias("batch")).join(
+        plan.pairs, on="pair", how="left", maintain_order="left"
+    )
+    task_ids = table.select("pair", "batch").unique(maintain_order=True).with_row_index("task")
+    return table.join(task_ids, on=["pair", "batch"], how="left", maintain_order="left").select(
+        pl.col("task").cast(pl.Int64),
+        "pair",
+        "unit",
+        "unit_name",
+        "concept",
+        "explanation",
+        "input",
+        pl.col("rated").cast(pl.Int64),
+        pl.col("raters").cast(pl.Int64),
+    )
 
 
 #: A plan file's columns, by kind.
@@ -391,7 +400,7 @@ def plan(
 
     With ``rating="sequential"`` a pair gets `budget` draws (a draw takes at least one vote),
     of which a study counts the first ones whose votes fit in the budget; raters are asked
-    round by round (`Plan.tasks`) until BRAgg's posterior with `eta` and `prior` is
+    round by round (`next_tasks`) until BRAgg's posterior with `eta` and `prior` is
     `confidence` sure, at most raters_per_input votes an input.
 
     Parameters

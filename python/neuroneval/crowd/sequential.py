@@ -35,7 +35,7 @@ import numpy as np
 from .._coerce import as_counts
 from ..errors import ParameterError
 from ..options import Option, Options
-from .aggregation import _log_odds, _posterior, _vote_counts
+from .posterior import _log_odds, _posterior, _vote_counts
 from .sampling import CONFIDENCE, Array
 
 __all__ = ["SEQUENTIAL_OPTIONS", "posterior_path", "sequential_finished", "sequential_labels", "votes_to_ask"]

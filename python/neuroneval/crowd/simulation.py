@@ -27,8 +27,9 @@ from .._coerce import (
 )
 from ..errors import EmptyInputError, LabelError, ParameterError, ShapeError
 from ..options import Option, Options
-from .aggregation import _posterior, _vote_labels
+from .aggregation import _vote_labels
 from .estimation import LEVEL, _composite, _debiased_value, _delta_se, _plug_in_value, _terms
+from .posterior import _posterior
 from .sampling import (
     _PRIOR_CLIP,
     CONFIDENCE,

@@ -14,6 +14,7 @@ fit keeps the votes it got (reported as not counted), and it is asked no more.
 The j-th vote of simulated raters on (pair, input) comes from a stream of its own (the seed,
 the pair, the input), so a study's votes do not depend on how its rounds were cut: a study
 driven round by round from the command line ends with the ratings of `simulate_study`.
+`next_tasks` writes each round's task table.
 
 Examples
 --------
@@ -24,14 +25,15 @@ Examples
 >>> a = 2 * y + rng.normal(size=(3000, 1))
 >>> model = np.clip(0.7 * y + 0.1 + 0.1 * rng.random((3000, 1)), 0, 1)
 >>> p = crowd.plan([(0, 0)], a, model, budget=200, rating="sequential", raters_per_input=9, seed=0)
->>> p.tasks()["raters"].value_counts(sort=True).rows()   # round 1: what could decide each input
-[(1, 200)]
+>>> first = crowd.next_tasks(p)   # round 1: one vote could decide each input
+>>> first["raters"].unique().to_list(), first.height
+([1], 62)
 >>> ratings = crowd.simulate_study(p, y, seed=1)
->>> p.tasks(ratings=ratings).height, ratings.height <= 200 + 9   # finished; about the budget
-(0, True)
+>>> crowd.next_tasks(p, ratings).height   # finished
+0
 >>> labels = crowd.aggregate(ratings, "debiased", plan=p)
 >>> round(crowd.estimate(p, labels, estimator="debiased")["rho"][0], 3)
-0.438
+0.248
 """
 
 from __future__ import annotations
@@ -45,11 +47,11 @@ import polars as pl
 from .._coerce import as_matrix, as_table, check_columns
 from ..errors import LabelError, ParameterError, ShapeError
 from ..options import Options
-from .aggregation import _posterior, _ratings_table
-from .sampling import _PRIOR_CLIP, ETA, SEED, Array, Plan, _check_plan
-from .sequential import _expected_votes, _finished, _walk, votes_to_ask
+from .aggregation import _priors, _ratings_table
+from .sampling import _PRIOR_CLIP, ETA, SEED, Array, Plan, _check_plan, _task_table
+from .sequential import _expected_votes, votes_to_ask
 
-__all__ = ["RATE_OPTIONS", "counted_draws", "next_round", "simulate_study", "simulated_votes"]
+__all__ = ["RATE_OPTIONS", "counted_draws", "next_round", "next_tasks", "simulate_study", "simulated_votes"]
 
 #: Simulated raters: their error rate and the seed of their votes.
 RATE_OPTIONS = Options(replace(ETA, help="the simulated raters' error rate"), SEED)
@@ -113,16 +115,23 @@ def next_round(plan: Plan, ratings: Any = None) -> pl.DataFrame:
     return asked.select("pair", "input", pl.col("votes").alias("rated"), "positive", pl.col("ask").alias("raters"))
 
 
+def next_tasks(plan: Plan, ratings: Any = None, batch_size: int | None = None) -> pl.DataFrame:
+    """The task table of the next round (`next_round`'s inputs in `Plan.tasks`'s layout: task,
+    pair, unit, unit_name, concept, explanation, input, rated, raters). No row: the study is
+    finished."""
+    return _task_table(plan, next_round(plan, ratings), batch_size)
+
+
 def simulate_study(plan: Plan, labels: Any, *, eta: float | None = None, seed: int | None = None) -> pl.DataFrame:
     """The ratings a study of `plan` collects from simulated raters, round by round until it is
-    finished (`Plan.tasks`, `simulated_votes`): pair, input, rater (the vote's index on its
+    finished (`next_tasks`, `simulated_votes`): pair, input, rater (the vote's index on its
     input) and vote. `labels` (N, T) holds the true 0/1 labels of the plan's explanations."""
     values = RATE_OPTIONS.resolve(eta=eta, seed=seed)
     plan = _check_plan(plan)
     truth = _truth(labels, plan.n_inputs)
     rounds = [_no_votes()]
     while True:
-        tasks = plan.tasks(ratings=pl.concat(rounds))
+        tasks = next_tasks(plan, pl.concat(rounds))
         if tasks.height == 0:
             return pl.concat(rounds)
         rounds.append(simulated_votes(tasks, truth, **values))
@@ -176,44 +185,3 @@ def _counts(plan: Plan, ratings: Any) -> pl.DataFrame:
     return table.group_by("pair", "input", maintain_order=True).agg(
         pl.len().cast(pl.Int64).alias("votes"), pl.col("vote").sum().cast(pl.Int64).alias("positive")
     )
-
-
-def _priors(plan: Plan, rows: pl.DataFrame) -> Array:
-    """BRAgg's prior at each row's (pair, input): the plan's, or its concept model's probability."""
-    if plan.prior != "model":
-        return np.full(rows.height, float(plan.prior))
-    model = plan.draws.select("pair", "input", "model").unique(["pair", "input"])
-    joined = rows.select("pair", "input").join(model, on=["pair", "input"], how="left", maintain_order="left")
-    clipped: Array = np.clip(joined["model"].to_numpy().astype(np.float64), *_PRIOR_CLIP)
-    return clipped
-
-
-def sequential_items(
-    plan: Plan, items: pl.DataFrame, eta: float, prior: Any, method: str
-) -> tuple[np.ndarray, Array | None]:
-    """For `aggregate` with a sequential plan: whether each item (pair, input, votes, positive)
-    is finished, and, for the debiased methods, its label debiased for the plan's stopping rule
-    (NaN while unfinished). The debiased labels need the rule the raters were asked by."""
-    if method in ("debiased", "composite") and (eta != plan.eta or str(prior) != str(plan.prior)):
-        raise ParameterError(
-            f"the debiased labels of a sequential plan need the rule its raters were asked by: eta {plan.eta:g}, "
-            f"prior {plan.prior}; got eta {eta}, prior {prior}"
-        )
-    pos = items["positive"].to_numpy().astype(np.float64)
-    m = items["votes"].to_numpy().astype(np.float64)
-    priors = _priors(plan, items)
-    etas = np.full(m.size, plan.eta)
-    done = _finished(pos, m, etas, priors, plan.confidence, plan.raters_per_input)
-    if method not in ("debiased", "composite"):
-        return done, None
-    debiased = np.full(m.size, np.nan)
-    at = np.flatnonzero(done)
-    absent, present, reached = _walk(pos[at], m[at], etas[at], priors[at], plan.confidence, plan.raters_per_input)
-    if not reached.all():
-        row = items.row(int(at[np.flatnonzero(~reached)[0]]), named=True)
-        raise LabelError(
-            f"pair {row['pair']}, input {row['input']} has {row['votes']} votes ({row['positive']} present), past "
-            "the sequential rule's stop: it was asked more than the plan's rule asks"
-        )
-    debiased[at] = (_posterior(pos[at], m[at], etas[at], priors[at]) - absent) / (present - absent)
-    return done, debiased
