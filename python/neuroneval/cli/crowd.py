@@ -169,11 +169,11 @@ def _add_plan(steps: Any) -> None:
     p.add_argument(
         "--out", required=True, type=output_file(".parquet"), metavar="PLAN", help="the plan to write (.parquet)"
     )
-    p.add_argument(
+    _add_table_file(
+        p,
         "--tasks",
-        type=output_file(*TABLE_SUFFIXES),
-        metavar="FILE",
-        help="the task table to write (.csv or .parquet; default: <PLAN stem>-tasks.csv beside the plan)",
+        "FILE",
+        "the task table to write (.csv or .parquet; default: <PLAN stem>-tasks.csv beside the plan)",
     )
     p.set_defaults(command=plan)
 
@@ -212,18 +212,9 @@ def _add_aggregate(steps: Any) -> None:
     p.add_argument("ratings", nargs="+", metavar="RATINGS", help=_RATINGS_HELP)
     p.add_argument("--plan", required=True, metavar="PLAN", help="the plan written by `crowd plan`")
     crowd.AGGREGATE_OPTIONS.only("method", "eta", "prior").add_arguments(p)
-    p.add_argument(
-        "--out",
-        required=True,
-        type=output_file(*TABLE_SUFFIXES),
-        metavar="LABELS",
-        help="the labels table to write (.csv or .parquet)",
-    )
-    p.add_argument(
-        "--rater-rates",
-        type=output_file(*TABLE_SUFFIXES),
-        metavar="FILE",
-        help="with --eta estimate: also write rater, eta, votes to this .csv or .parquet file",
+    _add_table_file(p, "--out", "LABELS", "the labels table to write (.csv or .parquet)", required=True)
+    _add_table_file(
+        p, "--rater-rates", "FILE", "with --eta estimate: also write rater, eta, votes to this .csv or .parquet file"
     )
     p.set_defaults(command=aggregate)
 
@@ -313,6 +304,11 @@ def _add_simulate(steps: Any) -> None:
 
 
 # --------------------------------------------------------------------------- shared
+
+
+def _add_table_file(p: argparse.ArgumentParser, flag: str, metavar: str, help: str, required: bool = False) -> None:
+    """An output table's flag: a .csv or .parquet path, checked before any work."""
+    p.add_argument(flag, required=required, type=output_file(*TABLE_SUFFIXES), metavar=metavar, help=help)
 
 
 def _check_rows(src: Source, acts: Source, what: str) -> None:
@@ -492,13 +488,7 @@ def _add_next(steps: Any) -> None:
     p.add_argument("ratings", nargs="*", metavar="RATINGS", help=_RATINGS_HELP + " (none: the first round)")
     p.add_argument("--plan", required=True, metavar="PLAN", help="the plan written by `crowd plan`")
     crowd.TASK_OPTIONS.add_arguments(p)
-    p.add_argument(
-        "--tasks",
-        required=True,
-        type=output_file(*TABLE_SUFFIXES),
-        metavar="FILE",
-        help="the next round's task table to write (.csv or .parquet)",
-    )
+    _add_table_file(p, "--tasks", "FILE", "the next round's task table to write (.csv or .parquet)", required=True)
     p.set_defaults(command=next_round)
 
 
@@ -555,13 +545,7 @@ def _add_rate(steps: Any) -> None:
         "labels", metavar="LABELS", help="inputs x explanations: the true binary labels, as CONCEPTS of `score`"
     )
     crowd.RATE_OPTIONS.add_arguments(p)
-    p.add_argument(
-        "--out",
-        required=True,
-        type=output_file(*TABLE_SUFFIXES),
-        metavar="RATINGS",
-        help="the votes to write (.csv or .parquet)",
-    )
+    _add_table_file(p, "--out", "RATINGS", "the votes to write (.csv or .parquet)", required=True)
     p.set_defaults(command=rate)
 
 
