@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from neuroneval import crowd
 from neuroneval.crowd.sequential import _expected_votes
-from neuroneval.errors import LabelError, ParameterError, SourceError
+from neuroneval.errors import LabelError, ParameterError, ShapeError, SourceError
 from polars.testing import assert_frame_equal
 
 N = 2000
@@ -155,6 +155,8 @@ def test_an_unfinished_study_is_not_estimated(study: dict[str, Any]) -> None:
         crowd.estimate(p, labels, estimator="debiased")
     with pytest.raises(ParameterError, match="the rule its raters were asked by"):
         crowd.aggregate(first, "debiased", plan=p, eta=0.1)
+    with pytest.raises(ShapeError, match="votes"):  # votes, not their counts
+        crowd.counted_draws(p, first)
     # votes past the rule's stop: another "absent" on an input one "absent" vote decided
     stopped = labels.filter(pl.col("finished") & (pl.col("votes") == 1) & (pl.col("positive") == 0)).row(0, named=True)
     extra = pl.DataFrame({"pair": [stopped["pair"]], "input": [stopped["input"]], "rater": [99], "vote": [0]})

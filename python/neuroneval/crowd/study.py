@@ -68,6 +68,9 @@ def counted_draws(plan: Plan, counts: pl.DataFrame) -> pl.DataFrame:
       are expected to fit in the budget (each at its expected votes at the stop, given its
       votes so far); when none is, the pair's first counted draw with ask > 0.
     """
+    plan = _check_plan(plan)
+    counts = as_table(counts, "counts", "pair, input, votes, positive")
+    counts = check_columns(counts, "counts", dict.fromkeys(("pair", "input", "votes", "positive"), "id"))
     draws = plan.draws.join(
         counts.select("pair", "input", "votes", "positive"), on=["pair", "input"], how="left", maintain_order="left"
     ).with_columns(pl.col("votes", "positive").fill_null(0).cast(pl.Int64))
