@@ -499,18 +499,20 @@ def test_simulate_equals_library(files: dict[str, Path], tmp_path: Path, capfd: 
 
 def test_simulate_sequential_equals_library(files: dict[str, Path], capfd: pytest.CaptureFixture[str]) -> None:
     argv = ["crowd", "simulate", files["acts"], files["labels"], files["model"], "--pairs", files["pairs"]]
-    argv += ["--budgets", "9,60", "--raters", "5,9", "--trials", "3", "--rating", "sequential", "--confidence", "0.9"]
+    # a budget below the raters per input buys draws of fewer votes sequentially
+    argv += ["--budgets", "3,9,60", "--raters", "5,9", "--trials", "3", "--rating", "sequential", "--confidence", "0.9"]
     argv += ["--configurations", "mgis+debiased,uniform+majority", "--prior", "model", "--seed", "2"]
     code, stdout, err = run(argv, capfd)
     assert code == 0, err
     expected = crowd.simulate(
-        A, Y, MODEL, PAIRS, [9, 60], configurations=[("mgis", "debiased"), ("uniform", "majority")],
+        A, Y, MODEL, PAIRS, [3, 9, 60], configurations=[("mgis", "debiased"), ("uniform", "majority")],
         raters_per_input=[5, 9], trials=3, rating="sequential", confidence=0.9, prior="model", seed=2,
     )  # fmt: skip
     assert stdout.splitlines()[0].startswith(
         "simulated raters wrong with rate 0.23, one at a time until BRAgg is 0.9 sure, at most 5, 9 per shown input"
     )
     rows = expected.rce.rows(named=True)
+    assert {(r["raters"], r["budget"]) for r in rows} >= {(9, 3), (5, 3)}
     for row in rows:
         assert row["ratings"] <= row["budget"]
     first = next(line for line in stdout.splitlines() if line.split()[:4] == ["MG-IS", "+", "debiased", "5"])

@@ -344,7 +344,7 @@ def simulate(
     pairs : array_like, shape (M, 2)
     budgets : sequence of int
         Ratings per pair; each at least the smallest raters per input (a budget below m is
-        skipped for m).
+        skipped for m), or at least 1 with ``rating="sequential"``.
     raters_per_input : int or sequence of int
         Raters per shown input: one value, or several to compare (`Simulation.cheapest` picks
         the cheapest per configuration); with ``rating="sequential"``, the most raters an input
@@ -382,7 +382,8 @@ def simulate(
     progress = check_flag(progress, "progress")
     a, y, chat, pair_array = _simulation_data(activations, labels, concept_model, pairs)
     configurations = _check_configurations(configurations)
-    budget_list = _check_budgets(budgets, raters)
+    # sequentially a draw may take a single vote: any budget buys one
+    budget_list = _check_budgets(budgets, raters if values["rating"] == "fixed" else (1,))
     data = _Data(a, y, chat, pair_array, *_true_correlations(a, y, chat, pair_array))
     results = _simulate_all(data, configurations, raters, budget_list, values, progress)
     pair_table = pl.DataFrame(
