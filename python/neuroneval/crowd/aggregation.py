@@ -258,58 +258,30 @@ def aggregate(
     items = table.group_by("pair", "input", maintain_order=True).agg(
         pl.len().alias("votes"), pl.col("vote").sum().alias("positive")
     )
-    if sequential:
-        return _sequential_labels(table, items, method, values, plan)
     pos = items["positive"].to_numpy()
     m = items["votes"].to_numpy()
+    # a sequential plan's labels are debiased for its stopping rule, null while unfinished
+    finished, debiased = None, None
+    if isinstance(plan, Plan) and sequential:
+        finished, debiased = _sequential_items(plan, items, eta, prior, method)
+    prior_values = _prior_values(items, prior, plan) if method in ("bragg", "debiased", "composite") else 0.5
+    if method in ("debiased", "composite") and not sequential:
+        debiased = _vote_labels("debiased", pos, m, float(eta), prior_values)
+    label: Any
     if eta == "estimate":
         _, label = _dawid_skene(table, items, _prior_values(items, prior, plan), values["max_iter"], values["tol"])
-    else:
-        prior_values = _prior_values(items, prior, plan) if method in ("bragg", "debiased", "composite") else 0.5
-        if method == "composite":
-            label = _vote_labels("bragg", pos, m, float(eta), prior_values)
-            debiased = _vote_labels("debiased", pos, m, float(eta), prior_values)
-            return items.with_columns(
-                pl.Series("label", label, dtype=pl.Float64), pl.Series("debiased", debiased, dtype=pl.Float64)
-            )
-        label = _vote_labels(method, pos, m, float(eta), prior_values)
-    return items.with_columns(pl.Series("label", label, dtype=pl.Float64))
-
-
-def _sequential_labels(
-    table: pl.DataFrame, items: pl.DataFrame, method: str, values: dict[str, Any], plan: Any
-) -> pl.DataFrame:
-    """`aggregate`'s labels under a sequential plan: the method's, with "debiased" (and
-    composite's debiased column) debiased for the plan's stopping rule and null while an input is
-    unfinished, and finished (bool) for each input."""
-    eta, prior = values["eta"], values["prior"]
-    finished, debiased = _sequential_items(plan, items, eta, prior, method)
-    pos, m = items["positive"].to_numpy(), items["votes"].to_numpy()
-    if eta == "estimate":
-        _, label = _dawid_skene(table, items, _prior_values(items, prior, plan), values["max_iter"], values["tol"])
-    elif method == "debiased" and debiased is not None:
+    elif method == "debiased":
         label = debiased
     else:
-        base = "bragg" if method == "composite" else method
-        label = _vote_labels(base, pos, m, float(eta), _prior_values(items, prior, plan) if base == "bragg" else 0.5)
+        label = _vote_labels("bragg" if method == "composite" else method, pos, m, float(eta), prior_values)
     out = items.with_columns(pl.Series("label", label, dtype=pl.Float64).fill_nan(None))
     if method == "composite":
         out = out.with_columns(pl.Series("debiased", debiased, dtype=pl.Float64).fill_nan(None))
-    return out.with_columns(pl.Series("finished", finished, dtype=pl.Boolean))
-
-
-def _priors(plan: Plan, rows: pl.DataFrame) -> Array:
-    """BRAgg's prior at each row's (pair, input): the plan's, or its concept model's probability."""
-    if plan.prior != "model":
-        return np.full(rows.height, float(plan.prior))
-    model = plan.draws.select("pair", "input", "model").unique(["pair", "input"])
-    joined = rows.select("pair", "input").join(model, on=["pair", "input"], how="left", maintain_order="left")
-    clipped: Array = np.clip(joined["model"].to_numpy().astype(np.float64), *_PRIOR_CLIP)
-    return clipped
+    return out if finished is None else out.with_columns(pl.Series("finished", finished, dtype=pl.Boolean))
 
 
 def _sequential_items(
-    plan: Plan, items: pl.DataFrame, eta: float, prior: Any, method: str
+    plan: Plan, items: pl.DataFrame, eta: Any, prior: Any, method: str
 ) -> tuple[np.ndarray, Array | None]:
     """For `aggregate` with a sequential plan: whether each item (pair, input, votes, positive)
     is finished, and, for the debiased methods, its label debiased for the plan's stopping rule
@@ -321,7 +293,7 @@ def _sequential_items(
         )
     pos = items["positive"].to_numpy().astype(np.float64)
     m = items["votes"].to_numpy().astype(np.float64)
-    priors = _priors(plan, items)
+    priors = _prior_values(items, plan.prior, plan)
     etas = np.full(m.size, plan.eta)
     done = _finished(pos, m, etas, priors, plan.confidence, plan.raters_per_input)
     if method not in ("debiased", "composite"):

@@ -47,7 +47,7 @@ import polars as pl
 from .._coerce import as_matrix, as_table, check_columns
 from ..errors import LabelError, ParameterError, ShapeError
 from ..options import Options
-from .aggregation import _priors, _ratings_table
+from .aggregation import _prior_values, _ratings_table
 from .sampling import _PRIOR_CLIP, ETA, SEED, Array, Plan, _check_plan, _task_table
 from .sequential import _expected_votes, votes_to_ask
 
@@ -82,7 +82,12 @@ def counted_draws(plan: Plan, counts: pl.DataFrame) -> pl.DataFrame:
         )
     if plan.budget is None:
         raise ParameterError("a sequential plan needs its budget (plans from crowd.plan or Plan.read have one)")
-    rule = (np.full(votes.size, plan.eta), _priors(plan, draws), plan.confidence, plan.raters_per_input)
+    rule = (
+        np.full(votes.size, plan.eta),
+        _prior_values(draws, plan.prior, plan),
+        plan.confidence,
+        plan.raters_per_input,
+    )
     ask = votes_to_ask(positive, votes, *rule[:2], confidence=plan.confidence, max_raters=plan.raters_per_input)
     # the concept model's probability is the best guess of how often a drawn input holds the
     # concept (MG-IS draws inputs where it does more often than BRAgg's prior says)
