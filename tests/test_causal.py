@@ -5,6 +5,7 @@ rotation does not) and a small SmolLM2 run."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import numpy as np
@@ -412,6 +413,31 @@ def test_mlp_sites_run_end_to_end_with_an_sae_of_their_own(planted):
     with pytest.raises(ParameterError, match=f"size {width + 1} exceeds the mlp-neurons site's width {width}"):
         evaluate_featurizers(model, task, planted_tokenize, featurizers=["neurons"], site="mlp-neurons",
                              **{**small, "n_test": 4, "n_train": 4}, size=width + 1)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_pairs_run_once_serve_every_site_as_if_each_call_ran_them(planted):
+    from neuroneval.torch.causal import run_pairs
+
+    model, task = planted.decomposed, planted_task()
+    small = dict(model_name="planted", featurizers=["full", "pca"], layers=[0], n_train=32, n_test=32, n_boot=50)
+    pairs = run_pairs(model, task, planted_tokenize, n_train=32, n_test=32)
+    for site in ("residual", "mlp-input"):
+        shared = evaluate_featurizers(model, task, planted_tokenize, site=site, pairs=pairs, **small)
+        alone = evaluate_featurizers(model, task, planted_tokenize, site=site, **small)
+        assert shared.datasets == alone.datasets
+        for featurizer, variable in ((f, v) for f in ("full", "pca") for v in task.variables):
+            a, b = shared.result(featurizer, variable), alone.result(featurizer, variable)
+            np.testing.assert_array_equal(a.unit_iia, b.unit_iia)
+            assert a.hits.keys() == b.hits.keys()
+            for name in a.hits:
+                np.testing.assert_array_equal(a.hits[name], b.hits[name])
+    with pytest.raises(ParameterError, match=r"other options: n_test 16 \(pairs: 32\)"):
+        evaluate_featurizers(model, task, planted_tokenize, pairs=pairs, **{**small, "n_test": 16})
+    with pytest.raises(ParameterError, match="other options: seed 1 .pairs: 0."):
+        evaluate_featurizers(model, task, planted_tokenize, pairs=pairs, seed=1, **small)
+    with pytest.raises(ParameterError, match="another model object"):
+        evaluate_featurizers(copy.copy(model), task, planted_tokenize, pairs=pairs, **small)
 
 
 # --------------------------------------------------------------------------- SmolLM2, small

@@ -424,7 +424,7 @@ def causal_lens(out: Path, loaded: tuple[Any, Any], sae: Any, size: TokenStudySi
     from neuroneval.causal import ioi_task
     from neuroneval.causal.iia import bootstrap_difference
     from neuroneval.causal.results import causal_table, write_causal_run
-    from neuroneval.torch.causal import evaluate_featurizers
+    from neuroneval.torch.causal import evaluate_featurizers, run_pairs
     from neuroneval.torch.circuits import decompose
 
     model, tokenizer = loaded
@@ -433,13 +433,17 @@ def causal_lens(out: Path, loaded: tuple[Any, Any], sae: Any, size: TokenStudySi
     def tokenize(text: str) -> list[int]:
         return list(tokenizer(text, add_special_tokens=False).input_ids)
 
+    began = time.perf_counter()
+    # the pairs' plain runs serve both sites and the whole-vector swaps
+    pairs = run_pairs(decomposed, task, tokenize, n_train=size.causal_train, n_test=size.causal_test, seed=size.seed)
+    log(f"causal lens: the counterfactual pairs run once ({time.perf_counter() - began:.0f} s)")
     runs = {}
     for site, featurizers in CAUSAL_LENS.items():
         began = time.perf_counter()
         runs[site] = evaluate_featurizers(
             decomposed, task, tokenize, model_name="smollm2", featurizers=featurizers, layers=[size.layer], sae={size.layer: sae}, site=site,
             n_train=size.causal_train, n_test=size.causal_test, size=size.causal_size, epochs=size.causal_epochs,
-            das_lr=size.das_lr, seed=size.seed, n_boot=size.n_boot,
+            das_lr=size.das_lr, seed=size.seed, n_boot=size.n_boot, pairs=pairs,
         )  # fmt: skip
         write_causal_run(runs[site], out / site)
         log(f"causal lens at the {site} site: {', '.join(featurizers)} ({time.perf_counter() - began:.0f} s)")
@@ -453,25 +457,24 @@ def causal_lens(out: Path, loaded: tuple[Any, Any], sae: Any, size: TokenStudySi
                                 "difference": delta, "low": interval[0], "high": interval[1]})  # fmt: skip
             log(f"  {variable}: {latent} - {neuron} = {delta:+.3f} [{interval[0]:+.3f}, {interval[1]:+.3f}]")
     began = time.perf_counter()
-    whole = whole_vector_effects(decomposed, task, tokenize, size)
+    whole = whole_vector_effects(decomposed, task, pairs, size)
     log(f"the whole vector at the residual and mlp-input sites ({time.perf_counter() - began:.0f} s)")
     return {"iia": causal_table(list(runs.values())), "differences": differences, "whole_vector": whole}
 
 
-def whole_vector_effects(decomposed: Any, task: Any, tokenize: Any, size: TokenStudySize) -> list[dict[str, Any]]:
-    """What swapping a whole vector at layer `size.layer` does, on the causal lens's test pairs,
-    per dataset, position and site (the residual stream after the layer, and the MLP's input):
-    the share of pairs moved to the counterfactual answer (IIA) and the mean shift of the logit
-    difference, the counterfactual answer's logit minus the base answer's, from the plain run."""
+def whole_vector_effects(decomposed: Any, task: Any, pairs: Any, size: TokenStudySize) -> list[dict[str, Any]]:
+    """What swapping a whole vector at layer `size.layer` does, on the causal lens's test pairs
+    (`pairs`, `run_pairs`'s), per dataset, position and site (the residual stream after the
+    layer, and the MLP's input): the share of pairs moved to the counterfactual answer (IIA) and
+    the mean shift of the logit difference, the counterfactual answer's logit minus the base
+    answer's, from the plain run."""
     import torch
 
-    from neuroneval.torch.causal import FullVector, Neurons, prepare, site_width, split_pairs, stacked_logits
+    from neuroneval.torch.causal import FullVector, Neurons, site_width, stacked_logits
 
-    n = 2 * (size.causal_train + size.causal_test) + 16  # the datasets `evaluate_featurizers` draws
     rows = []
-    for data in task.datasets(n, seed=size.seed):
-        batches = prepare(decomposed, task, data, tokenize, batch_size=32)
-        _, test = split_pairs(batches, size.causal_train, size.causal_test, data.name)
+    for data in pairs.datasets:
+        test = pairs.splits[data.name][1]
         for position, site in ((p, s) for p in task.positions for s in ("residual", "mlp-input")):
             width = site_width(decomposed, size.layer, site)
             hits, shifts = [], []

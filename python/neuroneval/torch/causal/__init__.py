@@ -9,7 +9,8 @@ interchange interventions, DAS and DBM training, the planted model, the track en
 - `prepare`, `regroup`, `unit_hits`: a counterfactual dataset's pairs on a model (`data`);
 - `train_das`, `train_dbm`, and `train_together` for several at once (`training`);
 - `train_planted_model`: a small transformer holding a variable in a known subspace (`planted`);
-- `evaluate_featurizers`: IIA of every featurizer on every variable of a task; `causal_track`
+- `evaluate_featurizers`: IIA of every featurizer on every variable of a task (its pairs run once
+  by `run_pairs`, which several calls can share); `causal_track`
   the same on a named model, with SAEs read or trained per layer (`track`).
 """
 
@@ -19,10 +20,20 @@ from .data import PairBatch, prepare, regroup, unit_hits
 from .featurizers import DAS, DBM, PCA, Featurizer, FullVector, Neurons, SAEFeatures, top_variance
 from .interventions import SITES, Pass, forward, intervened_logits, residuals, site_states, site_width, stacked_logits
 from .planted import PLANTED_LAYER, PLANTED_OPTIONS, PLANTED_SIZE, PlantedModel, planted_tokenize, train_planted_model
-from .track import causal_track, evaluate_featurizers, load_model, read_layer_saes, split_pairs, train_layer_saes
+from .track import (
+    CausalPairs,
+    causal_track,
+    evaluate_featurizers,
+    load_model,
+    read_layer_saes,
+    run_pairs,
+    split_pairs,
+    train_layer_saes,
+)
 from .training import Trainee, das_trainee, dbm_trainee, train_das, train_dbm, train_together
 
 __all__ = [
+    "CausalPairs",
     "DAS",
     "DBM",
     "Featurizer",
@@ -50,6 +61,7 @@ __all__ = [
     "read_layer_saes",
     "regroup",
     "residuals",
+    "run_pairs",
     "site_states",
     "site_width",
     "split_pairs",

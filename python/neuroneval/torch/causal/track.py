@@ -17,7 +17,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +48,12 @@ from .planted import planted_tokenize, train_planted_model
 from .training import das_trainee, dbm_trainee, train_together
 
 __all__ = [
+    "CausalPairs",
     "causal_track",
     "evaluate_featurizers",
     "load_model",
     "read_layer_saes",
+    "run_pairs",
     "split_pairs",
     "train_layer_saes",
 ]
@@ -109,17 +111,22 @@ def evaluate_featurizers(
     positions: Sequence[str] | None = None,
     sae: Mapping[int, SparseAutoencoder] | None = None,
     progress: Progress | None = None,
+    pairs: CausalPairs | None = None,
     **options: Any,
 ) -> CausalRun:
     """IIA of each of `featurizers` (`CAUSAL_FEATURIZERS`) on every variable of `task`, at the
     option ``site`` (the residual stream after the layer by default) of each of `layers`
     (default all) at each of `positions` (default the task's); `sae` maps a layer to its SAE of
-    that site (needed by ``sae`` and ``dbm-sae``); `options` are `CAUSAL_OPTIONS` (None: the
-    declared default)."""
+    that site (needed by ``sae`` and ``dbm-sae``); `pairs`, the task's pairs already run on the
+    model (`run_pairs`, with the same options), spares running them again, as for several
+    sites or featurizer sets; `options` are `CAUSAL_OPTIONS` (None: the declared default)."""
     opts = CAUSAL_OPTIONS.resolve(**options)
     layer_list, pos_list = _check_run(model, task, featurizers, layers, positions, sae, opts)
-    datasets = task.datasets(2 * (opts["n_train"] + opts["n_test"]) + 16, seed=opts["seed"])
-    splits, described = _run_pairs(model, task, tokenize, datasets, opts, progress)
+    if pairs is None:
+        pairs = run_pairs(model, task, tokenize, progress, **options)
+    else:
+        pairs.check_for(model, task, opts)
+    datasets, splits, described = pairs.datasets, pairs.splits, list(pairs.described)
     units = [(layer, pos) for layer in layer_list for pos in pos_list]
     train = [b for tr, _ in splits.values() for b in tr]
     fits = _fit_units(model, featurizers, train, units, sae, opts["size"], opts["site"])
@@ -185,15 +192,44 @@ def _check_run(
 Splits = dict[str, tuple[list[PairBatch], list[PairBatch]]]
 
 
-def _run_pairs(
-    model: DecomposedModel,
-    task: CausalTask,
-    tokenize: Tokenize,
-    datasets: Sequence[CounterfactualDataset],
-    opts: Mapping[str, Any],
-    progress: Progress | None,
-) -> tuple[Splits, list[dict[str, Any]]]:
-    """Every dataset's pairs run once and its kept pairs split; each dataset's sizes."""
+#: The options that decide which pairs a run draws, runs and splits.
+PAIR_OPTIONS = ("n_train", "n_test", "batch_size", "seed")
+
+
+@dataclass(frozen=True)
+class CausalPairs:
+    """A task's counterfactual datasets run once on a model (`run_pairs`): each dataset's kept
+    pairs split into training and test batches, and its sizes. Any `evaluate_featurizers` call on
+    the same model and task with the same `PAIR_OPTIONS` can take them instead of running them."""
+
+    model: DecomposedModel
+    task: str
+    options: tuple[tuple[str, Any], ...]
+    datasets: tuple[CounterfactualDataset, ...]
+    splits: Splits
+    described: tuple[dict[str, Any], ...]
+
+    def check_for(self, model: DecomposedModel, task: CausalTask, opts: Mapping[str, Any]) -> None:
+        """Refuses a run on another model or task, or with other `PAIR_OPTIONS`."""
+        if model is not self.model or task.name != self.task:
+            raise ParameterError(
+                f"the pairs were run for task {self.task!r} on another model object; run_pairs for this one"
+            )
+        wanted = tuple((k, opts[k]) for k in PAIR_OPTIONS)
+        if wanted != self.options:
+            differ = ", ".join(
+                f"{k} {a!r} (pairs: {b!r})" for (k, a), (_, b) in zip(wanted, self.options, strict=True) if a != b
+            )
+            raise ParameterError(f"the pairs were run with other options: {differ}")
+
+
+def run_pairs(
+    model: DecomposedModel, task: CausalTask, tokenize: Tokenize, progress: Progress | None = None, **options: Any
+) -> CausalPairs:
+    """Every dataset of `task` drawn (as `evaluate_featurizers` draws them), its pairs run once on
+    `model` and its kept pairs split; `options` are `CAUSAL_OPTIONS` (those of `PAIR_OPTIONS` count)."""
+    opts = CAUSAL_OPTIONS.resolve(**options)
+    datasets = task.datasets(2 * (opts["n_train"] + opts["n_test"]) + 16, seed=opts["seed"])
     splits: Splits = {}
     described = []
     for i, data in enumerate(datasets):
@@ -206,7 +242,8 @@ def _run_pairs(
         kept = sum(int(b.keep.sum()) for b in batches)
         described.append({"name": data.name, "variable": data.variable, "drawn": len(data), "kept": kept,
                           "n_train": opts["n_train"], "n_test": opts["n_test"]})  # fmt: skip
-    return splits, described
+    options_used = tuple((k, opts[k]) for k in PAIR_OPTIONS)
+    return CausalPairs(model, task.name, options_used, tuple(datasets), splits, tuple(described))
 
 
 def _fit_units(
