@@ -126,10 +126,32 @@ def test_non_finite_activations_in_a_view() -> None:
     check(lambda: neuroneval.compute(big.T.copy().T, np.ones((10, 1))), errors.NonFiniteError, "row 5", "column 4")
 
 
-def test_non_finite_with_pairs() -> None:
-    a = A.copy()
-    a[6, 2] = np.inf
-    check(lambda: neuroneval.compute(a, C, pairs=[[2, 0]]), errors.NonFiniteError, "row 6", "column 2")
+@pytest.mark.parametrize("bad", [[np.inf], [np.nan], [-np.inf], [np.inf, -np.inf], [-np.inf, np.nan]])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_non_finite_with_pairs(bad: list[float], dtype: Any) -> None:
+    # A pair call finds a unit's non-finite values from its sum; +inf and -inf together sum to NaN.
+    # The first in row order is named, whatever follows it.
+    a = np.tile(A, (3, 1)).astype(dtype)  # 24 rows: values in several of the sum's lanes
+    for j, value in enumerate(bad):
+        a[6 + 9 * j, 2] = value
+    c = np.tile(C, (3, 1))
+    for pairs in ([[2, 0]], [[2, 0], [2, 1]]):
+        msg = check(lambda: neuroneval.compute(a, c, pairs=pairs), errors.NonFiniteError, "row 6", "column 2")
+        assert "row 15" not in msg
+
+
+def test_a_pair_whose_finite_values_overflow_their_sum_is_scored_as_in_a_matrix() -> None:
+    # 1e308 eight rows apart lands in one lane of the sum, which overflows: a finite unit all
+    # the same, scored as the matrix call scores it.
+    a = np.tile(A, (3, 1))
+    a[::8, 1] = 1e308
+    c = np.tile(C, (3, 1))
+    metrics = ["correlation", "cosine", "mad", "spearman", "auc", "inverse_auprc"]
+    matrix = neuroneval.compute(a, c, metrics)
+    for t in range(c.shape[1]):
+        pair = neuroneval.compute(a, c, metrics, pairs=[[1, t]])
+        for m in metrics:
+            assert np.array_equal(pair[m], matrix[m][1:2, t], equal_nan=True), (m, t)
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf])

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use crate::concepts::{ConceptSet, RowIndex};
 use crate::error::{CoreError, Result};
 use crate::metric::{Metric, Needs, Params};
-use crate::numeric::{compact_nonzeros, resize_for_overwrite};
+use crate::numeric::{compact_nonzeros, resize_for_overwrite, sum_and_max_abs};
 use crate::pair::{ForwardSums, InverseSums, PairKernel, Precomputed, Products};
 use crate::radix::SortScratch;
 use crate::ranks::RankOutputs;
@@ -833,8 +833,12 @@ fn score_pairs_at(
     let n = activations.rows();
     let m = metrics.len();
 
-    // One unit's pairs, from its values in `bufs.a`.
-    let score_unit = |bufs: &mut PairBuffers, unit: usize, group: &[usize], set: &ConceptSet| {
+    // One unit's pairs, from its values in `bufs.a` (and their sums, when known).
+    let score_unit = |bufs: &mut PairBuffers,
+                      unit: usize,
+                      group: &[usize],
+                      set: &ConceptSet,
+                      sums: Option<(f64, f64)>| {
         let PairBuffers {
             a,
             profile,
@@ -846,7 +850,7 @@ fn score_pairs_at(
             params,
             ranks: PAIR_KERNEL_RANKS,
         };
-        profile.rebuild(a, first_unit + unit, spec, sort);
+        profile.rebuild_with(a, first_unit + unit, spec, sort, sums);
         group
             .iter()
             .map(|&p| {
@@ -878,9 +882,15 @@ fn score_pairs_at(
             // every source writes all of `a`
             resize_for_overwrite(&mut bufs.a, n);
             activations.columns_into(&[unit], &mut bufs.a);
-            check_copy_finite(&bufs.a, first_unit + unit)?;
+            // The sum sees every value, so a NaN or an infinity leaves it non-finite: only
+            // then is the copy read again for the first such value (finite values whose sum
+            // overflows pass). The transforms reuse the sums.
+            let sums = sum_and_max_abs(&bufs.a);
+            if !sums.0.is_finite() {
+                check_copy_finite(&bufs.a, first_unit + unit)?;
+            }
             let set = ConceptSet::build(concepts, Some(&used_concepts), &needs, false)?;
-            Ok::<_, CoreError>(score_unit(bufs, unit, &group, &set))
+            Ok::<_, CoreError>(score_unit(bufs, unit, &group, &set, Some(sums)))
         })?]
     } else {
         check_activations(activations, concepts.rows(), &used_units, first_unit)?;
@@ -898,7 +908,7 @@ fn score_pairs_at(
                 with_pair_buffers(n, |bufs| {
                     resize_for_overwrite(&mut bufs.a, n);
                     activations.columns_into(&[unit], &mut bufs.a);
-                    score_unit(bufs, unit, group, &set)
+                    score_unit(bufs, unit, group, &set, None)
                 })
             })
             .collect()

@@ -110,6 +110,19 @@ impl UnitProfile {
         spec: TransformSpec<'_>,
         scratch: &mut SortScratch,
     ) {
+        self.rebuild_with(a, unit, spec, scratch, None);
+    }
+
+    /// [`UnitProfile::rebuild`] with `sums`, [`sum_and_max_abs`] of `a`, when the caller has
+    /// them already (as the pairs call does, from its check of the copy): the same bits.
+    pub fn rebuild_with(
+        &mut self,
+        a: &[f64],
+        unit: usize,
+        spec: TransformSpec<'_>,
+        scratch: &mut SortScratch,
+        sums: Option<(f64, f64)>,
+    ) {
         let TransformSpec {
             needs,
             params,
@@ -122,7 +135,7 @@ impl UnitProfile {
         let moments = needs.products || needs.inverse_sums;
         // the sum and the largest magnitude in one pass (the same lanes as apart)
         let (sum, max_abs) = if moments || !constant {
-            sum_and_max_abs(a)
+            sums.unwrap_or_else(|| sum_and_max_abs(a))
         } else {
             (0.0, 0.0)
         };
