@@ -136,7 +136,7 @@ def test_non_finite_with_pairs(bad: list[float], dtype: Any) -> None:
         a[6 + 9 * j, 2] = value
     c = np.tile(C, (3, 1))
     for pairs in ([[2, 0]], [[2, 0], [2, 1]]):
-        msg = check(lambda: neuroneval.compute(a, c, pairs=pairs), errors.NonFiniteError, "row 6", "column 2")
+        msg = check(lambda p=pairs: neuroneval.compute(a, c, pairs=p), errors.NonFiniteError, "row 6", "column 2")
         assert "row 15" not in msg
 
 
