@@ -28,7 +28,7 @@ from .sampling import (
     _check_plan,
     _or_word,
 )
-from .sequential import _finished, _walk
+from .sequential import _debiased, _finished
 
 #: `aggregate`'s options (`rater_error_rates` takes prior and max_iter).
 AGGREGATE_OPTIONS = Options(
@@ -246,10 +246,10 @@ def aggregate(
     >>> aggregate(r, "debiased")["label"].round(4).to_list()
     [0.3498, -0.0537]
     """
-    sequential = isinstance(plan, Plan) and plan.rating == "sequential"
-    if isinstance(plan, Plan) and sequential:  # the rule its raters were asked by
-        eta = plan.eta if eta is None else eta
-        prior = plan.prior if prior is None else prior  # type: ignore[assignment]
+    sequential = plan if isinstance(plan, Plan) and plan.rating == "sequential" else None
+    if sequential is not None:  # the rule its raters were asked by
+        eta = sequential.eta if eta is None else eta
+        prior = sequential.prior if prior is None else prior  # type: ignore[assignment]
     values = AGGREGATE_OPTIONS.resolve(method=method, eta=eta, prior=prior, max_iter=max_iter, tol=tol)
     method, eta, prior = values["method"], values["eta"], values["prior"]
     table = _ratings_table(ratings, plan)
@@ -262,10 +262,10 @@ def aggregate(
     m = items["votes"].to_numpy()
     # a sequential plan's labels are debiased for its stopping rule, null while unfinished
     finished, debiased = None, None
-    if isinstance(plan, Plan) and sequential:
-        finished, debiased = _sequential_items(plan, items, eta, prior, method)
+    if sequential is not None:
+        finished, debiased = _sequential_items(sequential, items, eta, prior, method)
     prior_values = _prior_values(items, prior, plan) if method in ("bragg", "debiased", "composite") else 0.5
-    if method in ("debiased", "composite") and not sequential:
+    if method in ("debiased", "composite") and sequential is None:
         debiased = _vote_labels("debiased", pos, m, float(eta), prior_values)
     label: Any
     if eta == "estimate":
@@ -300,14 +300,13 @@ def _sequential_items(
         return done, None
     debiased = np.full(m.size, np.nan)
     at = np.flatnonzero(done)
-    absent, present, reached = _walk(pos[at], m[at], etas[at], priors[at], plan.confidence, plan.raters_per_input)
+    debiased[at], reached = _debiased(pos[at], m[at], etas[at], priors[at], plan.confidence, plan.raters_per_input)
     if not reached.all():
         row = items.row(int(at[np.flatnonzero(~reached)[0]]), named=True)
         raise LabelError(
             f"pair {row['pair']}, input {row['input']} has {row['votes']} votes ({row['positive']} present), past "
             "the sequential rule's stop: it was asked more than the plan's rule asks"
         )
-    debiased[at] = (_posterior(pos[at], m[at], etas[at], priors[at]) - absent) / (present - absent)
     return done, debiased
 
 

@@ -104,13 +104,12 @@ def sequential_labels(positive: Any, votes: Any, eta: Any = None, prior: Any = N
         raise ParameterError(
             f"input {i} ({pos[i]:.0f} present of {m[i]:.0f} votes) is not finished: the rule asks for more votes"
         )
-    absent, present, reached = _walk(pos, m, e, p, confidence, cap)
+    out, reached = _debiased(pos, m, e, p, confidence, cap)
     if not reached.all():
         i = int(np.flatnonzero(~reached)[0])
         raise ParameterError(
             f"input {i} ({pos[i]:.0f} present of {m[i]:.0f} votes) went past a stop: the rule stops it earlier"
         )
-    out: Array = (_posterior(pos, m, e, p) - absent) / (present - absent)
     return out.reshape(shape)
 
 
@@ -140,11 +139,13 @@ def _finished(pos: Array, m: Array, e: Any, p: Any, confidence: float, cap: int)
 _TIE = 1e-9
 
 
-def _debiased(pos: Array, m: Array, e: Array, p: Array, confidence: float, cap: int) -> Array:
-    """`sequential_labels` of checked, finished inputs (1-D arrays)."""
-    absent, present, _ = _walk(pos, m, e, p, confidence, cap)
+def _debiased(pos: Array, m: Array, e: Array, p: Array, confidence: float, cap: int) -> tuple[Array, np.ndarray]:
+    """The one home of the debiased label: of checked, finished inputs (1-D arrays), and
+    whether each (m, pos) is a stop the rule reaches (`_walk`; the label means nothing where
+    it is not)."""
+    absent, present, reached = _walk(pos, m, e, p, confidence, cap)
     out: Array = (_posterior(pos, m, e, p) - absent) / (present - absent)
-    return out
+    return out, reached
 
 
 def _expected_votes(

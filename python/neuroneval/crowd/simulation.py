@@ -691,7 +691,7 @@ def _item_labels(
         return _vote_labels(method, positive, votes, eta, prior)
     priors = np.broadcast_to(np.asarray(rule[0], dtype=np.float64), positive.shape)
     if method == "debiased":
-        return _debiased(positive, votes, np.full(positive.shape, eta), priors, rule[1], rule[2])
+        return _debiased(positive, votes, np.full(positive.shape, eta), priors, rule[1], rule[2])[0]  # the rule's own
     if method == "bragg":
         return _posterior(positive, votes, eta, priors)
     return _vote_labels(method, positive, votes, eta, prior)

@@ -447,8 +447,7 @@ class _Page:
         sequential = []
         for r in [] if crowd.sequential_needed is None else crowd.sequential_needed.iter_rows(named=True):
             n = r["needed"]
-            name = f"{configuration(r['sampling'], r['aggregation'])}, sequential"
-            sequential.append({"name": name, "needed": n if n is not None and math.isfinite(n) else None})
+            sequential.append({"name": r["name"], "needed": n if n is not None and math.isfinite(n) else None})
         spent = None
         if crowd.spent is not None:
             spent = rce_chart(

@@ -58,7 +58,8 @@ class Crowd:
     target: float | None
     #: With rce-sequential.csv: every configuration of both files at its best raters per input,
     #: name (", sequential" for the second's), ratings (mean ratings spent per pair), rce, rce_se;
-    #: and the ratings each sequential configuration needs (sampling, aggregation, needed).
+    #: and the ratings each sequential configuration needs (sampling, aggregation, needed, and
+    #: its name as in `spent`).
     spent: pl.DataFrame | None = None
     sequential_needed: pl.DataFrame | None = None
 
@@ -227,6 +228,10 @@ def _read_sanity(directory: Path) -> pl.DataFrame | None:
     return table.select(list(schema))
 
 
+#: How the report names a configuration of the sequential simulation.
+SEQUENTIAL_SUFFIX = ", sequential"
+
+
 def _read_crowd(directory: Path, target: float | None) -> Crowd | None:
     """crowd/, or None without rce.csv; with rce-sequential.csv (a simulation of sequential
     rating), the ratings spent of both."""
@@ -238,7 +243,12 @@ def _read_crowd(directory: Path, target: float | None) -> Crowd | None:
 
     goal = DEFAULT_CROWD_TARGET if crowd.target is None else crowd.target
     frames, bests = [], []
-    for table_path, suffix in ((directory / "crowd" / "rce.csv", ""), (path, ", sequential")):
+
+    def named(table: pl.DataFrame, suffix: str) -> pl.DataFrame:
+        names = [f"{configuration_name(s, a)}{suffix}" for s, a in table.select("sampling", "aggregation").iter_rows()]
+        return table.with_columns(pl.Series("name", names, dtype=pl.String))
+
+    for table_path, suffix in ((directory / "crowd" / "rce.csv", ""), (path, SEQUENTIAL_SUFFIX)):
         schema = {"sampling": pl.String, "aggregation": pl.String, "raters": pl.Int64, "budget": pl.Float64}
         table = _read_csv(table_path, {**schema, "rce": pl.Float64, "rce_se": pl.Float64, "ratings": pl.Float64})
         missing = [c for c in (*schema, "rce", "rce_se", "ratings") if c not in table.columns]
@@ -246,10 +256,9 @@ def _read_crowd(directory: Path, target: float | None) -> Crowd | None:
             raise SourceError(f"{table_path} lacks the columns {', '.join(missing)} (of crowd.Simulation.rce)")
         best = best_raters(table, goal)
         bests.append(best)
-        names = [f"{configuration_name(s, a)}{suffix}" for s, a in best.select("sampling", "aggregation").iter_rows()]
-        frames.append(best.select("ratings", "rce", "rce_se").with_columns(pl.Series("name", names)))
-    spent = pl.concat(frames).select("name", "ratings", "rce", "rce_se")
-    sequential = _needed(bests[1].select("sampling", "aggregation", "budget", "rce"), goal)
+        frames.append(named(best, suffix).select("name", "ratings", "rce", "rce_se"))
+    spent = pl.concat(frames)
+    sequential = named(_needed(bests[1].select("sampling", "aggregation", "budget", "rce"), goal), SEQUENTIAL_SUFFIX)
     return replace(crowd, spent=spent, sequential_needed=sequential)
 
 
