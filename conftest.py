@@ -3,10 +3,16 @@ optional extra; without it they are not collected (found by reading each module,
 
 Row-major files of several blocks take the scratch copy in every test (the path of a file
 too large for memory), unless a test asks for the in-memory read (`whole_file_reads`); and
-every `.npy` file is read past the page cache, as large files are."""
+every `.npy` file is read past the page cache, as large files are.
+
+SmolLM2 is read from its GGUF file once per run: the model cache (`neuroneval.label.gguf`) is a
+folder of this run, shared by every worker and the CLI's subprocesses, and removed at the end."""
 
 import ast
 import importlib.util
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +37,23 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if HAS_TORCH or collection_path.suffix != ".py" or PACKAGE not in collection_path.parents:
         return None
     return True if _imports_torch_at_top(collection_path) else None
+
+
+_MODEL_CACHE = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the controller's environment is already its own
+    cache = Path(tempfile.mkdtemp(prefix="neuroneval-model-cache-"))
+    os.environ["NEURONEVAL_MODEL_CACHE"] = str(cache)
+    config.stash[_MODEL_CACHE] = cache
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    cache = config.stash.get(_MODEL_CACHE, None)
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -353,9 +353,9 @@ def smollm2() -> Any:
         p = smollm2_path()
     except SourceError as e:
         pytest.skip(str(e))
-    from transformers import AutoTokenizer
+    from neuroneval.label.gguf import load_gguf
 
-    return AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name, local_files_only=True)
+    return load_gguf(p)[0]
 
 
 def ids_of(tokenizer: Any) -> Callable[[str], list[int]]:

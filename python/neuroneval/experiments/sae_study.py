@@ -253,18 +253,10 @@ def top_token_explanations(
 
 @functools.cache
 def _smollm2() -> tuple[Any, Any]:
-    import contextlib
-    import os
-
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from neuroneval.label import smollm2_path
+    from neuroneval.label.gguf import load_gguf
 
-    path = smollm2_path()
-    with open(os.devnull, "w") as sink, contextlib.redirect_stderr(sink):  # the GGUF reader's progress bars
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
-    model.train(False)
+    tokenizer, model = load_gguf(smollm2_path())
     return model, tokenizer
 
 

