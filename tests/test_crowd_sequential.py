@@ -51,7 +51,7 @@ def test_posterior_after_each_vote_by_hand() -> None:
 def test_stopping_rule_and_votes_to_ask_against_a_slow_loop(
     eta: float, prior: float, confidence: float, cap: int
 ) -> None:
-    rule = {"confidence": confidence, "max_raters": cap}
+    rule = {"confidence": confidence, "raters_per_input": cap}
     for votes in itertools.product((0, 1), repeat=cap):
         stop = slow_stop(list(votes), eta, prior, confidence, cap)
         assert stop is not None
@@ -74,7 +74,7 @@ def test_labels_are_unbiased_for_the_truth_under_the_rule(
 ) -> None:
     """Every vote sequence of `cap` votes, stopped by the slow loop: the stopping points' labels,
     weighted by the probability of the sequences, average to the truth exactly."""
-    rule = {"confidence": confidence, "max_raters": cap}
+    rule = {"confidence": confidence, "raters_per_input": cap}
     expected = {0: 0.0, 1: 0.0}
     for votes in itertools.product((0, 1), repeat=cap):
         k = slow_stop(list(votes), eta, prior, confidence, cap)
@@ -95,7 +95,7 @@ def test_labels_are_unbiased_by_simulation_and_cost_fewer_votes() -> None:
     positive, votes = np.zeros(n, int), np.zeros(n, int)
     waiting = np.ones(n, bool)
     while waiting.any():
-        ask = crowd.votes_to_ask(positive, votes, eta=eta, prior=prior)
+        ask = crowd.votes_to_ask(positive, votes, eta=eta, prior=prior, raters_per_input=9)
         assert not (ask[waiting] == 0).any() and not ask[~waiting].any()
         for _ in range(int(ask.max())):
             live = ask > 0
@@ -103,8 +103,8 @@ def test_labels_are_unbiased_by_simulation_and_cost_fewer_votes() -> None:
             positive += live & (truth ^ wrong).astype(bool)
             votes += live
             ask -= live
-        waiting = ~crowd.sequential_finished(positive, votes, eta=eta, prior=prior)
-    labels = crowd.sequential_labels(positive, votes, eta=eta, prior=prior)
+        waiting = ~crowd.sequential_finished(positive, votes, eta=eta, prior=prior, raters_per_input=9)
+    labels = crowd.sequential_labels(positive, votes, eta=eta, prior=prior, raters_per_input=9)
     for t in (0, 1):
         chosen = labels[truth == t]
         assert abs(chosen.mean() - t) < 3 * chosen.std() / math.sqrt(chosen.size), t

@@ -67,7 +67,7 @@ def _stops_at(p: crowd.Plan, votes: list[int], pair: int, item: int) -> int:
     """The number of votes at which the sequential rule, fed `votes` one at a time, stops."""
     for k in range(1, len(votes) + 1):
         done = crowd.sequential_finished(
-            sum(votes[:k]), k, p.eta, _prior(p, pair, item), confidence=p.confidence, max_raters=p.raters_per_input
+            sum(votes[:k]), k, p.eta, _prior(p, pair, item), confidence=p.confidence, raters_per_input=p.raters_per_input
         )
         if bool(done):
             return k
@@ -128,7 +128,7 @@ def test_study_labels_and_estimate_equal_the_functions_they_come_from(study: dic
     composite = crowd.aggregate(ratings, "composite", plan=p)
     done = composite.filter("finished")
     priors = [_prior(p, r["pair"], r["input"]) for r in done.iter_rows(named=True)]
-    rule = {"confidence": p.confidence, "max_raters": p.raters_per_input}
+    rule = {"confidence": p.confidence, "raters_per_input": p.raters_per_input}
     expected = crowd.sequential_labels(done["positive"], done["votes"], p.eta, np.array(priors), **rule)
     np.testing.assert_allclose(done["debiased"], expected, rtol=1e-12)
     np.testing.assert_allclose(
@@ -184,7 +184,7 @@ def test_expected_votes_against_a_slow_simulation() -> None:
         for _ in range(4000):
             present = rng.random() < weight
             s, k = pos, m
-            while not crowd.sequential_finished(s, k, eta, prior, confidence=confidence, max_raters=cap):
+            while not crowd.sequential_finished(s, k, eta, prior, confidence=confidence, raters_per_input=cap):
                 s += int(rng.random() < (1 - eta if present else eta))
                 k += 1
             totals.append(k)

@@ -3,7 +3,8 @@
 A fixed number of raters per input spends most votes where the first two and the concept
 model's prior already decide. Here, after each vote, BRAgg's posterior (`bragg_posterior`)
 says how sure the votes so far are; an input is finished once the posterior reaches
-`confidence` either way, or after `max_raters` votes, and never before its first vote.
+`confidence` either way, or after `raters_per_input` votes (the plan's raters per input, here
+the cap), and never before its first vote.
 
 The stopping time depends on the votes, so the fixed-count debiasing (which divides by the
 expected label of a binomial count) no longer applies. `sequential_labels` debiases for the
@@ -19,9 +20,9 @@ Examples
 >>> from neuroneval.crowd import sequential_finished, sequential_labels, votes_to_ask
 >>> sequential_finished([0, 1, 5], [1, 1, 5], prior=0.05).tolist()   # one "absent"; one "present"; five
 [True, False, True]
->>> votes_to_ask([0, 1, 2], [0, 1, 2], prior=0.05).tolist()   # two "absent" votes could end the third
+>>> votes_to_ask([0, 1, 2], [0, 1, 2], prior=0.05, raters_per_input=9).tolist()   # two "absent" could end the third
 [1, 1, 2]
->>> sequential_labels([0, 5, 5], [1, 5, 9], prior=0.05).round(3).tolist()   # the last at the cap
+>>> sequential_labels([0, 5, 5], [1, 5, 9], prior=0.05, raters_per_input=9).round(3).tolist()   # the last at the cap
 [-0.021, 1.91, 0.255]
 """
 
@@ -34,16 +35,14 @@ import numpy as np
 
 from .._coerce import as_counts
 from ..errors import ParameterError
-from ..options import Option, Options
+from ..options import Options
 from .posterior import _log_odds, _posterior, _vote_counts
-from .sampling import CONFIDENCE, Array
+from .sampling import CONFIDENCE, RATERS, Array
 
 __all__ = ["SEQUENTIAL_OPTIONS", "posterior_path", "sequential_finished", "sequential_labels", "votes_to_ask"]
 
-#: The stopping rule of sequential rating.
-SEQUENTIAL_OPTIONS = Options(
-    CONFIDENCE, Option("max_raters", "integer", 9, "the most raters asked about one input", low=1, metavar="N")
-)
+#: The stopping rule of sequential rating: a plan's confidence and raters per input (the cap).
+SEQUENTIAL_OPTIONS = Options(CONFIDENCE, RATERS)
 
 
 def posterior_path(votes: Any, eta: float | None = None, prior: float | None = None) -> Array:
@@ -63,7 +62,7 @@ def posterior_path(votes: Any, eta: float | None = None, prior: float | None = N
 def sequential_finished(positive: Any, votes: Any, eta: Any = None, prior: Any = None, **rule: Any) -> np.ndarray:
     """Whether inputs with `positive` "present" votes of `votes` need no more (bool; arrays
     broadcast): at least one vote, and BRAgg's posterior at least `confidence` either way or
-    `max_raters` votes (`SEQUENTIAL_OPTIONS`)."""
+    `raters_per_input` votes (`SEQUENTIAL_OPTIONS`)."""
     pos, m, e, p = _counts(positive, votes, eta, prior)
     confidence, cap = _rule(rule)
     return _finished(pos, m, e, p, confidence, cap)
@@ -118,7 +117,7 @@ def sequential_labels(positive: Any, votes: Any, eta: Any = None, prior: Any = N
 
 def _rule(rule: dict[str, Any]) -> tuple[float, int]:
     values = SEQUENTIAL_OPTIONS.resolve(**rule)
-    return float(values["confidence"]), int(values["max_raters"])
+    return float(values["confidence"]), int(values["raters_per_input"])
 
 
 def _counts(positive: Any, votes: Any, eta: Any, prior: Any) -> tuple[Array, Array, Array, Array]:

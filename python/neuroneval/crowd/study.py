@@ -88,7 +88,7 @@ def counted_draws(plan: Plan, counts: pl.DataFrame) -> pl.DataFrame:
         plan.confidence,
         plan.raters_per_input,
     )
-    ask = votes_to_ask(positive, votes, *rule[:2], confidence=plan.confidence, max_raters=plan.raters_per_input)
+    ask = votes_to_ask(positive, votes, *rule[:2], confidence=plan.confidence, raters_per_input=plan.raters_per_input)
     # the concept model's probability is the best guess of how often a drawn input holds the
     # concept (MG-IS draws inputs where it does more often than BRAgg's prior says)
     belief = np.clip(draws["model"].to_numpy(), *_PRIOR_CLIP)
