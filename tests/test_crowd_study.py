@@ -67,7 +67,12 @@ def _stops_at(p: crowd.Plan, votes: list[int], pair: int, item: int) -> int:
     """The number of votes at which the sequential rule, fed `votes` one at a time, stops."""
     for k in range(1, len(votes) + 1):
         done = crowd.sequential_finished(
-            sum(votes[:k]), k, p.eta, _prior(p, pair, item), confidence=p.confidence, raters_per_input=p.raters_per_input
+            sum(votes[:k]),
+            k,
+            p.eta,
+            _prior(p, pair, item),
+            confidence=p.confidence,
+            raters_per_input=p.raters_per_input,
         )
         if bool(done):
             return k
