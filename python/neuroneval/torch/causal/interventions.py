@@ -7,8 +7,10 @@ the positions from the intervened one onwards only: the earlier positions cannot
 intervention, so their keys and values are the base pass's, computed once per base run
 (`Pass.keys_values`) and read by every intervention on it (`intervened_logits`). Positions are
 given per example, so a batch may mix prompts whose named word sits at different places, and
-prompts of different lengths: a batch is padded on the right, which no real position attends
-to (attention is causal), and each example's output is read at its own last token.
+prompts of different lengths: each example runs again from its own intervened position to its
+own last token (not from the batch's earliest position to its longest prompt), padded on the
+right to the longest such run, which no real position attends to (attention is causal), and
+each example's output is read at its own last token.
 
 Layers are numbered as the blocks are: layer ``l`` is the residual stream after block ``l``
 (Hugging Face's ``hidden_states[l + 1]``).
@@ -213,11 +215,15 @@ def stacked_logits(
     swapped = torch.cat([f.interchange(base_vectors, source_vectors) for f in featurizers]).to(h.dtype)
     middle = None if site == "residual" else base.middle(model, layer)[rows, base_positions].repeat(k, 1)
     swapped = _written(model, layer, site, middle, swapped)
-    # only the positions from the earliest intervened one on are run again
-    start = int(base_positions.min())
-    x = h[:, start:].repeat(k, 1, 1).index_put((torch.arange(k * n), (base_positions - start).repeat(k)), swapped)
+    # each row runs again from its own intervened position to its last: its first position is
+    # the intervened one (rows shorter than the longest run into padding no real position reads)
+    span = int((base.last - base_positions).max()) + 1
+    at = base_positions[:, None] + torch.arange(span, device=h.device)
+    later_positions = torch.nn.functional.pad(h, (0, 0, 0, span))[rows[:, None], at[:, 1:]]
+    x = torch.cat([swapped[:, None], later_positions.repeat(k, 1, 1)], dim=1)
+    starts, n_past = base_positions.repeat(k), int(base_positions.max())
     kv = base.keys_values(model)
     for later in range(layer + 1, model.n_layers):
-        keys, values = (t[:, :, :start].repeat(1, k, 1, 1) for t in kv[later])
-        x = model.block(later, x, start, past=(keys, values))
-    return model.logits(x[torch.arange(k * n), (base.last - start).repeat(k)]).float().view(k, n, -1)
+        keys, values = (t[:, :, :n_past].repeat(1, k, 1, 1) for t in kv[later])
+        x = model.block(later, x, starts, past=(keys, values))
+    return model.logits(x[torch.arange(k * n), (base.last - base_positions).repeat(k)]).float().view(k, n, -1)

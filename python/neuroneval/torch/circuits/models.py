@@ -112,6 +112,20 @@ def _project(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
     return cast(Tensor, y.unflatten(-1, (n, hd)).permute(2, 0, 1, 3))
 
 
+def _unseen(start: int | Tensor, n_keys: int, n_queries: int, device: torch.device) -> Tensor:
+    """The keys a query may not read: ``[t, n_keys]`` for the queries at positions ``start ..
+    start + t`` of keys at ``0 .. n_keys`` (the later ones), or for a `start` per row ``[B, t,
+    n_keys]``, where the first ``n_keys - t`` keys are the past (row b reads its first
+    ``start[b]``) and the last t the queries' own positions (each reads those up to its own)."""
+    queries = torch.arange(n_queries, device=device)
+    if not isinstance(start, Tensor):
+        return torch.arange(n_keys, device=device)[None, :] > (start + queries)[:, None]
+    n_past = n_keys - n_queries
+    past = torch.arange(n_past, device=device)[None, None, :] >= start[:, None, None]  # [B, 1, P]
+    own = (queries[None, :] > queries[:, None])[None]  # [1, t, t]
+    return torch.cat([past.expand(-1, n_queries, -1), own.expand(start.shape[0], -1, -1)], dim=2)
+
+
 def _per_head(weight: Tensor, n: int) -> Tensor:
     """A projection's ``[n * hd, d]`` weight as ``[n, hd, d]``."""
     return weight.reshape(n, weight.shape[0] // n, weight.shape[1])
@@ -284,41 +298,55 @@ class DecomposedModel:
         a = self._attention_weights(layer)
         return self._keys_values(a, a.norm(x), start)
 
-    def _keys_values(self, a: _Attention, normed: Tensor, start: int) -> tuple[Tensor, Tensor]:
+    def _keys_values(self, a: _Attention, normed: Tensor, start: int | Tensor) -> tuple[Tensor, Tensor]:
         wk, bk, wv, bv = a.kv
         k, v = _project(normed, wk, bk), _project(normed, wv, bv)
         if self.kind != "gpt2":
             k = self._rope(k, start)
         return k, v
 
-    def _rope(self, t: Tensor, start: int) -> Tensor:
-        """Rotary position encoding of `t` ``[.., T, hd]`` at the positions ``start .. start + T``."""
-        end = start + t.shape[-2]
+    def _rope(self, t: Tensor, start: int | Tensor) -> Tensor:
+        """Rotary position encoding of `t` ``[.., B, T, hd]`` at the positions ``start .. start +
+        T``, or with `start` a tensor ``[B]``, at ``start[b] .. start[b] + T`` in row b."""
+        end = (int(start.max()) if isinstance(start, Tensor) else start) + t.shape[-2]
         key = (end, t.dtype, t.device)
         if key not in self._rope_tables:
             positions = torch.arange(end, device=t.device)[None]
             self._rope_tables[key] = self.model.model.rotary_emb(t, positions)  # ([1, T, hd], [1, T, hd])
-        cos, sin = (c[:, start:] for c in self._rope_tables[key])
+        if isinstance(start, Tensor):
+            at = start[:, None] + torch.arange(t.shape[-2], device=t.device)  # [B, T]
+            cos, sin = (c[0, at] for c in self._rope_tables[key])
+        else:
+            cos, sin = (c[:, start:] for c in self._rope_tables[key])
         half = t.shape[-1] // 2
         return t * cos + torch.cat((-t[..., half:], t[..., :half]), dim=-1) * sin
 
-    def block(self, layer: int, x: Tensor, start: int = 0, past: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    def block(
+        self, layer: int, x: Tensor, start: int | Tensor = 0, past: tuple[Tensor, Tensor] | None = None
+    ) -> Tensor:
         """The residual stream after `layer`'s attention and MLP at the positions from `start`
         on, ``[B, T - start, d]``: the plain forward pass of one block, which an intervention at
         position `start` needs from the next layer on.
 
         `x` is the layer's input at every position ``[B, T, d]`` (the earlier ones read as keys
-        and values only), or, with `past` (`keys_values` of the positions before `start`), at the
-        positions from `start` on only ``[B, T - start, d]``."""
+        and values only), or, with `past` (`keys_values` of the earlier positions ``[G, B, P,
+        hd]``), at the positions from `start` on only ``[B, t, d]``. With `past`, `start` may be a
+        tensor ``[B]``: row b's `x` then holds the positions ``start[b] .. start[b] + t`` and reads
+        the first ``start[b]`` of the P past positions (each row runs from its own intervention,
+        none from the batch's earliest)."""
         y = self.middle(layer, x, start, past)
         return y + self.mlp(layer, y)
 
-    def middle(self, layer: int, x: Tensor, start: int = 0, past: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    def middle(
+        self, layer: int, x: Tensor, start: int | Tensor = 0, past: tuple[Tensor, Tensor] | None = None
+    ) -> Tensor:
         """The residual stream between `layer`'s attention and its MLP (the MLP's input before
         its norm), at the positions from `start` on; the arguments are `block`'s."""
         a = self._attention_weights(layer)
         normed = a.norm(x)
         if past is None:
+            if isinstance(start, Tensor):
+                raise ParameterError("a start per row needs the past keys and values")
             k, v = self._keys_values(a, normed, 0)
             x, normed = x[:, start:], normed[:, start:]
         else:
@@ -329,9 +357,7 @@ class DecomposedModel:
         # the query heads of a key/value group read its keys and values once: [G, group, B, t, hd]
         q = q.reshape(-1, a.group, *q.shape[1:])
         scores = torch.matmul(q, k[:, None].transpose(-1, -2)) / math.sqrt(q.shape[-1])
-        n_pos = k.shape[2]
-        later = torch.arange(n_pos, device=x.device)[None, :] > torch.arange(start, n_pos, device=x.device)[:, None]
-        scores = scores.masked_fill(later, torch.finfo(scores.dtype).min)
+        scores = scores.masked_fill(_unseen(start, k.shape[2], x.shape[1], x.device), torch.finfo(scores.dtype).min)
         pattern = torch.softmax(scores.float(), dim=-1).to(q.dtype)
         heads = torch.matmul(pattern, v[:, None]).flatten(0, 1)  # [H, B, t, hd]
         n_heads, _, hd = a.wo.shape
