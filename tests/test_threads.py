@@ -237,3 +237,18 @@ def test_results_do_not_depend_on_the_block_split(
             for start, stop in [(0, 1), (5, 6), (0, 2), (3, 8), (10, 17), (0, 33), (36, 37), (1, 37)]:
                 part = neuroneval.compute(units[:, start:stop], concepts, PAIR_METRICS, alpha=0.05)
                 _same(part, {m: v[start:stop] for m, v in whole.items()})
+
+
+@pytest.mark.parametrize(("env", "expected"), [(None, "1000"), ("7", "7")])
+def test_the_allocator_keeps_freed_pages_a_second_unless_told_otherwise(env: str | None, expected: str) -> None:
+    """The extension sets mimalloc's purge delay to 1000 ms (freed buffers come back to the next
+    block without the kernel zeroing them again), unless MIMALLOC_PURGE_DELAY says otherwise:
+    mimalloc's own listing of its options (MIMALLOC_VERBOSE) names the option and its value."""
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("MIMALLOC_")}
+    child_env["MIMALLOC_VERBOSE"] = "1"
+    if env is not None:
+        child_env["MIMALLOC_PURGE_DELAY"] = env
+    code = "import numpy as np, neuroneval; neuroneval.compute(np.arange(8.0)[:, None], np.eye(8)[:, :2], ['auc'])"
+    done = subprocess.run([sys.executable, "-c", code], env=child_env, capture_output=True, text=True, check=True)
+    listed = [line.strip() for line in done.stderr.splitlines() if "'purge_delay'" in line]
+    assert listed and all(line == f"option 'purge_delay': {expected}" for line in listed), done.stderr[-2000:]
