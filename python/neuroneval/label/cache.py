@@ -66,13 +66,19 @@ CREATE TABLE IF NOT EXISTS fingerprints (
 _CHUNK = 900
 
 
+def user_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/neuroneval`` (``~/.cache`` by default): the home of the judgement cache
+    and of the model cache (`neuroneval.label.gguf`)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "neuroneval"
+
+
 def default_cache_path() -> Path:
     """`NEURONEVAL_CACHE`, else ``$XDG_CACHE_HOME/neuroneval/judgements.sqlite`` (``~/.cache`` by default)."""
     explicit = os.environ.get("NEURONEVAL_CACHE")
     if explicit:
         return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "neuroneval" / "judgements.sqlite"
+    return user_cache_dir() / "judgements.sqlite"
 
 
 #: How long a connection waits for another process's lock on the cache.

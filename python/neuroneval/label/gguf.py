@@ -28,6 +28,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from .cache import user_cache_dir
+
 __all__ = ["gguf_folder", "load_gguf", "model_cache_dir"]
 
 #: What the folder holds once complete (written last, checked first).
@@ -40,8 +42,7 @@ def model_cache_dir() -> Path | None:
     explicit = os.environ.get("NEURONEVAL_MODEL_CACHE")
     if explicit is not None:
         return Path(explicit) if explicit else None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "neuroneval" / "models"
+    return user_cache_dir() / "models"
 
 
 def _content_key(path: Path) -> str:
