@@ -6,6 +6,7 @@ rotation does not) and a small SmolLM2 run."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 
 import numpy as np
@@ -438,6 +439,8 @@ def test_pairs_run_once_serve_every_site_as_if_each_call_ran_them(planted):
         evaluate_featurizers(model, task, planted_tokenize, pairs=pairs, seed=1, **small)
     with pytest.raises(ParameterError, match="another model object"):
         evaluate_featurizers(copy.copy(model), task, planted_tokenize, pairs=pairs, **small)
+    with pytest.raises(ParameterError, match="run for task 'planted', not 'renamed'"):
+        evaluate_featurizers(model, dataclasses.replace(task, name="renamed"), planted_tokenize, pairs=pairs, **small)
 
 
 # --------------------------------------------------------------------------- SmolLM2, small

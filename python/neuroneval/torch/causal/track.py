@@ -211,11 +211,11 @@ class CausalPairs:
 
     def check_for(self, model: DecomposedModel, task: CausalTask, opts: Mapping[str, Any]) -> None:
         """Refuses a run on another model or task, or with other `PAIR_OPTIONS`."""
-        if model is not self.model or task.name != self.task:
-            raise ParameterError(
-                f"the pairs were run for task {self.task!r} on another model object; run_pairs for this one"
-            )
-        wanted = tuple((k, opts[k]) for k in PAIR_OPTIONS)
+        if task.name != self.task:
+            raise ParameterError(f"the pairs were run for task {self.task!r}, not {task.name!r}")
+        if model is not self.model:
+            raise ParameterError("the pairs were run on another model object; run_pairs for this one")
+        wanted = _pair_options(opts)
         if wanted != self.options:
             differ = ", ".join(
                 f"{k} {a!r} (pairs: {b!r})" for (k, a), (_, b) in zip(wanted, self.options, strict=True) if a != b
@@ -242,8 +242,11 @@ def run_pairs(
         kept = sum(int(b.keep.sum()) for b in batches)
         described.append({"name": data.name, "variable": data.variable, "drawn": len(data), "kept": kept,
                           "n_train": opts["n_train"], "n_test": opts["n_test"]})  # fmt: skip
-    options_used = tuple((k, opts[k]) for k in PAIR_OPTIONS)
-    return CausalPairs(model, task.name, options_used, tuple(datasets), splits, tuple(described))
+    return CausalPairs(model, task.name, _pair_options(opts), tuple(datasets), splits, tuple(described))
+
+
+def _pair_options(opts: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple((k, opts[k]) for k in PAIR_OPTIONS)
 
 
 def _fit_units(
