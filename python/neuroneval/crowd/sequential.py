@@ -182,10 +182,16 @@ def _walk(pos: Array, m: Array, e: Array, p: Array, confidence: float, cap: int)
     E[posterior at the stop | absent] and E[... | present] (each stopping point's posterior
     weighted by the number of sequences reaching it without stopping earlier times
     theta^s (1 - theta)^(k - s)), and whether (m, pos) is such a point's count, reached without
-    an earlier stop (a positive weight)."""
+    an earlier stop (a positive weight). The walk depends on (eta, prior) alone, so it runs
+    once per distinct pair (a simulation draws the same inputs over and over)."""
+    # one 1-D sort finds the distinct pairs: complex numbers sort by real part, then imaginary
+    key = np.empty(e.size, dtype=np.complex128)
+    key.real, key.imag = e, p
+    distinct, of = np.unique(key, return_inverse=True)
+    e, p = distinct.real.copy(), distinct.imag.copy()
     n = e.size
     absent, present = np.zeros(n), np.zeros(n)
-    reached = np.zeros(n, dtype=bool)
+    reached = np.zeros(of.size, dtype=bool)
     # alive[:, s]: weight of unfinished sequences with s "present" votes so far, per truth
     alive = {0: np.ones((n, 1)), 1: np.ones((n, 1))}
     theta = {0: e, 1: 1 - e}
@@ -201,5 +207,5 @@ def _walk(pos: Array, m: Array, e: Array, p: Array, confidence: float, cap: int)
             into += (grown * posterior * stop).sum(axis=1)
             alive[truth] = grown * ~stop
         here = np.flatnonzero(m == k)
-        reached[here] = grown[here, pos[here].astype(np.int64)] > 0
-    return absent, present, reached
+        reached[here] = grown[of[here], pos[here].astype(np.int64)] > 0
+    return absent[of], present[of], reached
