@@ -315,6 +315,46 @@ mod avx512 {
         count + groups.remainder().iter().filter(|&&v| v != 0.0).count()
     }
 
+    /// Copies the 8 x 8 block of doubles at `tile` (row r at `tile[r * width..][..8]`) into 8
+    /// columns: column c's 8 values (the block's column c, rows in order) at
+    /// `out[c * out_rows..][..8]`. In registers: one load and one store per row, where an
+    /// element-wise copy makes 64 scattered stores.
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn transpose_8x8(tile: &[f64], width: usize, out: &mut [f64], out_rows: usize) {
+        assert!(tile.len() >= 7 * width + 8 && out.len() >= 7 * out_rows + 8);
+        // SAFETY: the assert bounds every load (row r < 8 reads tile[r * width..][..8]) and
+        // every store (column c < 8 writes out[c * out_rows..][..8]); unaligned access is
+        // allowed.
+        unsafe {
+            let row = |r: usize| _mm512_loadu_pd(tile.as_ptr().add(r * width));
+            // pairs of rows interleaved: t[2p] holds rows 2p, 2p+1 at even columns, t[2p+1] at odd
+            let mut t = [_mm512_setzero_pd(); 8];
+            for p in 0..4 {
+                let (a, b) = (row(2 * p), row(2 * p + 1));
+                t[2 * p] = _mm512_unpacklo_pd(a, b);
+                t[2 * p + 1] = _mm512_unpackhi_pd(a, b);
+            }
+            // four rows per vector: columns (c, c + 4) of rows 0-3 (u[0..4]) and 4-7 (u[4..8])
+            let low = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
+            let high = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+            let mut u = [_mm512_setzero_pd(); 8];
+            for h in 0..2 {
+                let (even, odd) = (4 * h, 4 * h + 1);
+                u[4 * h] = _mm512_permutex2var_pd(t[even], low, t[even + 2]); // columns 0, 4
+                u[4 * h + 1] = _mm512_permutex2var_pd(t[even], high, t[even + 2]); // 2, 6
+                u[4 * h + 2] = _mm512_permutex2var_pd(t[odd], low, t[odd + 2]); // 1, 5
+                u[4 * h + 3] = _mm512_permutex2var_pd(t[odd], high, t[odd + 2]);
+                // 3, 7
+            }
+            let mut store =
+                |c: usize, v: __m512d| _mm512_storeu_pd(out.as_mut_ptr().add(c * out_rows), v);
+            for (q, c) in [0, 2, 1, 3].into_iter().enumerate() {
+                store(c, _mm512_shuffle_f64x2::<0x44>(u[q], u[q + 4]));
+                store(c + 4, _mm512_shuffle_f64x2::<0xEE>(u[q], u[q + 4]));
+            }
+        }
+    }
+
     /// The rows of 16 consecutive values from `first`.
     #[inline]
     #[target_feature(enable = "avx512f,popcnt")]
@@ -426,6 +466,37 @@ mod avx512 {
     }
 }
 
+/// Whether [`transposed_blocks`] copies anything on this CPU.
+fn transposes_in_registers() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return avx512::available();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Copies the first 8 * b columns of an 8-row `tile` (rows of `width` values) into `out`
+/// (column j at `out[j * out_rows..][..8]`), 8 columns at a time, where
+/// [`transposes_in_registers`]; returns b (0 elsewhere: the caller copies the rest).
+fn transposed_blocks(tile: &[f64], width: usize, out: &mut [f64], out_rows: usize) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        for b in 0..width / 8 {
+            // SAFETY: the CPU has AVX-512F (checked above).
+            unsafe {
+                avx512::transpose_8x8(
+                    &tile[8 * b..],
+                    width,
+                    &mut out[8 * b * out_rows..],
+                    out_rows,
+                )
+            };
+        }
+        return width / 8;
+    }
+    let _ = (tile, width, out, out_rows);
+    0
+}
+
 // The loops over whole columns, compiled for each instruction set (see `simd`).
 crate::simd::widest! {
 /// [`MatrixView::columns_into_at`].
@@ -461,6 +532,8 @@ fn columns_into_at<E: Element>(view: &MatrixView<'_, E>, cols: &[usize], out: &m
         // the columns are then copied out of it.
         let width = span.len();
         let mut tile = vec![0.0; TILE * width];
+        // full tiles go out 8 columns at a time, transposed in registers
+        let by_blocks = transposes_in_registers();
         for start in (0..rows).step_by(TILE) {
             let end = (start + TILE).min(rows);
             let base = start * view.row_stride + span.start;
@@ -478,7 +551,12 @@ fn columns_into_at<E: Element>(view: &MatrixView<'_, E>, cols: &[usize], out: &m
                     *d = v.to_f64();
                 }
             }
-            for j in 0..width {
+            let blocks = if by_blocks && end - start == TILE {
+                transposed_blocks(&tile, width, &mut out[start..], out_rows)
+            } else {
+                0
+            };
+            for j in 8 * blocks..width {
                 let dst = &mut out[j * out_rows + start..j * out_rows + end];
                 for (r, d) in dst.iter_mut().enumerate() {
                     *d = tile[r * width + j];
@@ -829,6 +907,52 @@ mod tests {
         for cols in [0..width, 3..11, 5..7] {
             check(&data, n, width, cols.clone(), 0);
             check(&f16s, n, width, cols, 700);
+        }
+    }
+
+    /// Consecutive columns of a row-major matrix copy out as a plain loop over (row, column)
+    /// copies them: every width around the 8-column blocks, row counts that leave a partial
+    /// last tile, float32 and float16 sources, into an output with room between columns (what
+    /// is there stays).
+    #[test]
+    fn consecutive_columns_copy_out_as_a_plain_loop() {
+        fn check<E: Element>(data: &[E], n: usize, width: usize, cols: std::ops::Range<usize>) {
+            let view = MatrixView::row_major(data, n, width).unwrap();
+            let out_rows = n + 5;
+            let mut out = vec![-7.0; cols.len() * out_rows];
+            let listed: Vec<usize> = cols.clone().collect();
+            view.columns_into_at(&listed, &mut out, out_rows);
+            for (j, c) in cols.enumerate() {
+                let want: Vec<u64> = (0..n)
+                    .map(|i| data[i * width + c].to_f64().to_bits())
+                    .collect();
+                let got: Vec<u64> = out[j * out_rows..][..n]
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect();
+                assert_eq!(got, want, "column {c} of {width}, {n} rows");
+                if j + 1 < listed.len() {
+                    assert!(out[j * out_rows + n..][..5].iter().all(|&v| v == -7.0));
+                }
+            }
+        }
+        for (n, width) in [
+            (8, 8),
+            (64, 16),
+            (37, 9),
+            (41, 24),
+            (16, 7),
+            (83, 33),
+            (9, 40),
+        ] {
+            let data: Vec<f32> = (0..n * width)
+                .map(|i| (i as f32 * 0.37).sin() * 100.0)
+                .collect();
+            let halves: Vec<half::f16> = data.iter().map(|&v| half::f16::from_f32(v)).collect();
+            for cols in [0..width, 1..width, 0..width.min(8), (width / 2)..width] {
+                check(&data, n, width, cols.clone());
+                check(&halves, n, width, cols);
+            }
         }
     }
 
