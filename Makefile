@@ -63,7 +63,11 @@ py-test: build browser
 py-test-fast: build
 	$(PYTEST) -m "not slow"
 
-test: lint rust-test py-test
+# The linters and cargo test run side by side (each is mostly one process: mypy, stubtest and the
+# core crate's test build take a CPU each), their output kept together per target; then pytest.
+test:
+	@$(MAKE) --no-print-directory -j2 --output-sync=target lint rust-test
+	@$(MAKE) --no-print-directory py-test
 
 # The inner loop: lint-fast and the tests not marked slow (no stubtest, no cargo test, no browser install).
 check: lint-fast py-test-fast
