@@ -87,6 +87,31 @@ def test_labels_are_unbiased_for_the_truth_under_the_rule(
     assert expected[0] == pytest.approx(0.0, abs=1e-10)
 
 
+def test_labels_of_many_inputs_equal_one_call_per_input() -> None:
+    """One call over inputs whose (eta, prior) pairs repeat, share an eta or a prior, or are all
+    their own gives each input the label a call on it alone gives, bit for bit; an input past
+    its stop is named by its position among them."""
+    rng = np.random.default_rng(5)
+    n, cap = 300, 7
+    pool = rng.integers(0, 6, n)
+    eta = np.where(pool < 3, np.array([0.1, 0.23, 0.3])[pool % 3], rng.uniform(0.05, 0.4, n))
+    prior = np.where(pool % 2 == 0, np.array([0.05, 0.5, 0.9])[pool % 3], rng.uniform(0.01, 0.99, n))
+    positive, votes = np.zeros(n, int), np.zeros(n, int)
+    rule = {"confidence": 0.95, "raters_per_input": cap}
+    while not (done := crowd.sequential_finished(positive, votes, eta=eta, prior=prior, **rule)).all():
+        positive += ~done & (rng.random(n) < 0.4)
+        votes += ~done
+    labels = crowd.sequential_labels(positive, votes, eta=eta, prior=prior, **rule)
+    alone = [
+        float(crowd.sequential_labels(positive[i], votes[i], eta=eta[i], prior=prior[i], **rule)) for i in range(n)
+    ]
+    assert labels.tolist() == alone
+    stopped = int(np.flatnonzero(votes < cap)[3])
+    votes[stopped] = cap  # more "absent" votes up to the cap, which always finishes an input
+    with pytest.raises(errors.ParameterError, match=f"input {stopped} .*went past a stop"):
+        crowd.sequential_labels(positive, votes, eta=eta, prior=prior, **rule)
+
+
 def test_labels_are_unbiased_by_simulation_and_cost_fewer_votes() -> None:
     rng = np.random.default_rng(0)
     eta, n = 0.23, 40_000
