@@ -334,17 +334,17 @@ mod avx512 {
                 t[2 * p] = _mm512_unpacklo_pd(a, b);
                 t[2 * p + 1] = _mm512_unpackhi_pd(a, b);
             }
-            // four rows per vector: columns (c, c + 4) of rows 0-3 (u[0..4]) and 4-7 (u[4..8])
+            // four rows per vector: u[4h + q] holds columns (c, c + 4) of rows 4h..4h + 4, for
+            // c = 0, 2, 1, 3 as q = 0, 1, 2, 3
             let low = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
             let high = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
             let mut u = [_mm512_setzero_pd(); 8];
             for h in 0..2 {
                 let (even, odd) = (4 * h, 4 * h + 1);
-                u[4 * h] = _mm512_permutex2var_pd(t[even], low, t[even + 2]); // columns 0, 4
-                u[4 * h + 1] = _mm512_permutex2var_pd(t[even], high, t[even + 2]); // 2, 6
-                u[4 * h + 2] = _mm512_permutex2var_pd(t[odd], low, t[odd + 2]); // 1, 5
+                u[4 * h] = _mm512_permutex2var_pd(t[even], low, t[even + 2]);
+                u[4 * h + 1] = _mm512_permutex2var_pd(t[even], high, t[even + 2]);
+                u[4 * h + 2] = _mm512_permutex2var_pd(t[odd], low, t[odd + 2]);
                 u[4 * h + 3] = _mm512_permutex2var_pd(t[odd], high, t[odd + 2]);
-                // 3, 7
             }
             let mut store =
                 |c: usize, v: __m512d| _mm512_storeu_pd(out.as_mut_ptr().add(c * out_rows), v);
@@ -466,17 +466,9 @@ mod avx512 {
     }
 }
 
-/// Whether [`transposed_blocks`] copies anything on this CPU.
-fn transposes_in_registers() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return avx512::available();
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
-
 /// Copies the first 8 * b columns of an 8-row `tile` (rows of `width` values) into `out`
-/// (column j at `out[j * out_rows..][..8]`), 8 columns at a time, where
-/// [`transposes_in_registers`]; returns b (0 elsewhere: the caller copies the rest).
+/// (column j at `out[j * out_rows..][..8]`), 8 columns at a time, on a CPU with AVX-512F;
+/// returns b (0 elsewhere: the caller copies the rest).
 fn transposed_blocks(tile: &[f64], width: usize, out: &mut [f64], out_rows: usize) -> usize {
     #[cfg(target_arch = "x86_64")]
     if avx512::available() {
@@ -532,8 +524,6 @@ fn columns_into_at<E: Element>(view: &MatrixView<'_, E>, cols: &[usize], out: &m
         // the columns are then copied out of it.
         let width = span.len();
         let mut tile = vec![0.0; TILE * width];
-        // full tiles go out 8 columns at a time, transposed in registers
-        let by_blocks = transposes_in_registers();
         for start in (0..rows).step_by(TILE) {
             let end = (start + TILE).min(rows);
             let base = start * view.row_stride + span.start;
@@ -551,7 +541,8 @@ fn columns_into_at<E: Element>(view: &MatrixView<'_, E>, cols: &[usize], out: &m
                     *d = v.to_f64();
                 }
             }
-            let blocks = if by_blocks && end - start == TILE {
+            // a full tile goes out 8 columns at a time, transposed in registers
+            let blocks = if end - start == TILE {
                 transposed_blocks(&tile, width, &mut out[start..], out_rows)
             } else {
                 0
