@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test check lint lint-fast rust-test py-test py-test-fast bench build clean browser
+.PHONY: demo test check lint lint-fast stubtest rust-test py-test py-test-fast bench build clean browser
 
 # The virtual environment with every dependency (torch included, installed once).
 $(STAMP): pyproject.toml
@@ -42,12 +42,19 @@ lint-fast: $(STAMP)
 	$(VENV)/bin/ruff format --check python tests benches
 	$(VENV)/bin/mypy
 
-# The above, and the extension's hand-written stubs checked against it (stubtest re-checks numpy each time).
-lint: lint-fast
+# The extension's hand-written stubs checked against the extension as built (stubtest keeps no
+# cache: it re-checks numpy each time, about as long as a fresh mypy run).
+stubtest: $(CORE_LIB)
 	$(PY) -m mypy.stubtest neuroneval._core --allowlist .stubtest-allowlist
 
+# The above and stubtest: two targets, so that `make -j2` runs mypy and stubtest side by side.
+lint: lint-fast stubtest
+
+# The debug build: overflow checks and debug assertions on, and compiled in about two thirds of
+# the release build's CPU time (a test build cannot reuse the release library's artifacts). Under
+# `make -j2` cargo would warn of a jobserver it is not handed: it is told there is none.
 rust-test:
-	cargo test --release -q
+	env -u MAKEFLAGS -u MFLAGS cargo test -q
 
 # Headless Chromium (Debian's package) for the report's browser test, installed once when missing.
 browser:
@@ -69,7 +76,8 @@ py-test-fast: build
 	$(PYTEST) -m "not slow"
 
 # The linters and cargo test run side by side (each is mostly one process: mypy, stubtest and the
-# core crate's test build take a CPU each), their output kept together per target; then pytest.
+# core crate's test build take a CPU each; the environment is built first), their output kept
+# together per target; then pytest.
 test:
 	@$(MAKE) --no-print-directory -j2 --output-sync=target lint rust-test
 	@$(MAKE) --no-print-directory py-test

@@ -185,10 +185,15 @@ def test_smollm2_ioi_small_run(smollm2) -> None:
     for p in hf.parameters():
         p.requires_grad_(False)
     methods = ["random", "eap", "eap-ig-inputs", "nap", "ugs", "ifr"]
+    # four of the ten fractions: each circuit is a patched pass per batch (the digit-pair test
+    # above evaluates all ten)
+    fractions = (0.01, 0.05, 0.2, 1.0)
     result = evaluate_methods(
-        model, score, evaluation, methods, model_name="smollm2", task_name="ioi", steps=3, ugs_steps=2
-    )
+        model, score, evaluation, methods, model_name="smollm2", task_name="ioi", steps=3, ugs_steps=2,
+        fractions=fractions,
+    )  # fmt: skip
     assert result.n_score == 8 and result.n_eval == 8 and result.ugs_steps == 2
+    assert result.fractions == fractions
     assert result.full > 0 > result.empty
     for curve in result.methods:
         assert curve.signed_edges[-1] == model.graph.n_edges

@@ -345,7 +345,15 @@ def _interrupt(big: dict[str, Any], out: Path, sig: int) -> tuple[int, str, list
     script = CHILD.format(
         delay=0.1, acts=str(big["acts"]), conc=str(big["conc"]), metrics=BIG_METRICS, block=BIG_BLOCK, out=str(out)
     )
-    child = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
+    # a Ctrl-C from a terminal: SIGINT at its default, whatever this process inherited (a
+    # shell's background job ignores it, and a Python started ignoring it never raises
+    # KeyboardInterrupt)
+    child = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     work = partial_dir(out)
     deadline = time.monotonic() + 120
     try:
