@@ -47,7 +47,7 @@ lint-fast: $(STAMP)
 stubtest: $(CORE_LIB)
 	$(PY) -m mypy.stubtest neuroneval._core --allowlist .stubtest-allowlist
 
-# The above and stubtest: two targets, so that `make -j2` runs mypy and stubtest side by side.
+# lint-fast and stubtest: two targets, so that `make -j2` runs mypy and stubtest side by side.
 lint: lint-fast stubtest
 
 # The debug build: overflow checks and debug assertions on, and compiled in about two thirds of
