@@ -158,8 +158,8 @@ const REORDER_ABOVE_BYTES: usize = 1 << 20;
 pub(crate) const PREFETCH_DISTANCE: usize = 16;
 
 /// How many inputs ahead the in-place AP walk prefetches label lists (their offsets twice as
-/// far). Nearer is better here: on the foundation workload (N = 50,000, 1,000 concepts of 1%,
-/// float32) inverse_auprc took 1.33-1.35 s of CPU at 8 against 1.41 at 16 and 1.55 at 32.
+/// far): nearer than the entry sweeps, since a list fetched too early is evicted before the
+/// walk reaches it (the distances measured are in benches/README.md's log, 2026-12-06).
 const WALK_PREFETCH_DISTANCE: usize = 8;
 
 /// The label lists of a unit's inputs laid out in its descending order, reused from unit
