@@ -69,13 +69,21 @@ impl ConceptColumn {
         nz_value: Vec<f64>,
         with_ranks: bool,
     ) -> ConceptColumn {
-        let mut col = ConceptColumn {
-            positives: nz_index
+        // (values are > 0: the largest is the largest magnitude)
+        let (smallest, largest) = extremes(&nz_value);
+        let positives = if smallest >= 0.5 {
+            // every entry is a positive label, as a binary concept's are
+            nz_index.clone()
+        } else {
+            nz_index
                 .iter()
                 .zip(&nz_value)
                 .filter(|(_, &v)| v >= 0.5)
                 .map(|(&i, _)| i)
-                .collect(),
+                .collect()
+        };
+        let mut col = ConceptColumn {
+            positives,
             nz_index,
             nz_value,
             ..Default::default()
@@ -83,15 +91,13 @@ impl ConceptColumn {
         let nnz = col.nz_index.len();
         col.n_zero = n - nnz;
         col.zero_rank = (col.n_zero as f64 + 1.0) / 2.0;
-        // (values are > 0: the largest is the largest magnitude)
-        let (smallest, largest) = extremes(&col.nz_value);
         col.scale = magnitude_scale(largest);
         let scale = col.scale;
         // The usual case (scale 1) takes the sums below in fewer passes, each adding the
         // same terms in the same order.
         let fast = scale == 1.0 && nnz > 0;
         if fast {
-            (col.sum, col.norm) = sum_and_norm(&col.nz_value, largest);
+            (col.sum, col.norm) = sum_and_norm(&col.nz_value, smallest, largest);
         } else {
             col.sum = col.nz_value.iter().map(|v| v * scale).sum();
             col.norm = robust_norm(col.nz_value.iter().map(|v| v * scale), 0.0, 0);
@@ -166,12 +172,12 @@ fn extremes(values: &[f64]) -> (f64, f64) {
     (low, high)
 }
 
-/// (sum, norm) of values in (0, 1] whose largest is `largest` > 0 and whose magnitude scale
-/// is 1, bit for bit the iterator sums of [`ConceptColumn::from_nonzeros`]'s general case
+/// (sum, norm) of values in (0, 1] whose smallest is `smallest` and largest `largest` > 0,
+/// of magnitude scale 1, bit for bit the iterator sums of [`ConceptColumn::from_nonzeros`]'s general case
 /// (`v * 1` is `v`; a norm's max is the largest value), in one loop of two chains. Sums of
 /// values that are all 1 are counts, exact whatever the order.
-fn sum_and_norm(values: &[f64], largest: f64) -> (f64, f64) {
-    if values.iter().all(|&v| v == 1.0) {
+fn sum_and_norm(values: &[f64], smallest: f64, largest: f64) -> (f64, f64) {
+    if smallest == 1.0 && largest == 1.0 {
         // every partial sum is a whole number below 2^53, so exact; so are the squares
         // (the norm's scale at 1 is 1)
         let count = values.len() as f64;
@@ -501,6 +507,9 @@ impl DenseConcepts {
 fn first_bad_value(block: &[usize], index: &[Vec<u32>], value: &[Vec<f64>]) -> Result<()> {
     let mut first: Option<(usize, usize, f64)> = None;
     for ((&column, idx), val) in block.iter().zip(index).zip(value) {
+        if all_in_unit_interval(val) {
+            continue;
+        }
         if let Some((&row, &v)) = idx.iter().zip(val).find(|(_, v)| !(0.0..=1.0).contains(*v)) {
             let here = (row as usize, column, v);
             if first.is_none_or(|f| (here.0, here.1) < (f.0, f.1)) {
@@ -512,6 +521,14 @@ fn first_bad_value(block: &[usize], index: &[Vec<u32>], value: &[Vec<f64>]) -> R
         None => Ok(()),
         Some((row, column, v)) => Err(bad_concept(row, column, v)),
     }
+}
+
+/// Whether every value lies in [0, 1] (no NaN), in chunks whose test vectorises: the
+/// search for the first value outside runs only when there is one.
+fn all_in_unit_interval(values: &[f64]) -> bool {
+    values
+        .chunks(64)
+        .all(|c| c.iter().fold(true, |ok, v| ok & (0.0..=1.0).contains(v)))
 }
 
 fn bad_concept(row: usize, column: usize, value: f64) -> CoreError {
@@ -540,7 +557,36 @@ fn error_position(e: &CoreError) -> (usize, usize) {
 mod tests {
     use super::*;
 
-    /// The column's moments against the iterator sums they replace, bit for bit: binary and
+    /// The chunked range test against the value-by-value one it guards, with the bad value
+    /// in each chunk position and at each end of the range.
+    #[test]
+    fn range_test_agrees_with_a_plain_search() {
+        let plain = |v: &[f64]| v.iter().all(|x| (0.0..=1.0).contains(x));
+        for bad in [
+            f64::NAN,
+            -1e-300,
+            1.0 + f64::EPSILON,
+            f64::INFINITY,
+            0.0,
+            -0.0,
+            1.0,
+        ] {
+            for len in [1, 63, 64, 65, 200] {
+                for at in [0, len / 2, len - 1] {
+                    let mut v = vec![0.5; len];
+                    v[at] = bad;
+                    assert_eq!(
+                        all_in_unit_interval(&v),
+                        plain(&v),
+                        "{bad} at {at} of {len}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The column's moments against the iterator sums they replace, bit for bit, and its
+    /// positive labels against a filter of its entries: binary and
     /// soft values, ties, a full constant column, a full varying one, one entry, none, and
     /// values tiny enough to take a magnitude scale.
     #[test]
@@ -573,7 +619,14 @@ mod tests {
             let index: Vec<u32> = (0..nnz as u32)
                 .map(|i| i * (n / nnz.max(1)) as u32)
                 .collect();
-            let col = ConceptColumn::from_nonzeros(n, index, values.clone(), true);
+            let col = ConceptColumn::from_nonzeros(n, index.clone(), values.clone(), true);
+            let positives: Vec<u32> = index
+                .iter()
+                .zip(&values)
+                .filter(|(_, &v)| v >= 0.5)
+                .map(|(&i, _)| i)
+                .collect();
+            assert_eq!(col.positives, positives, "{values:?}");
             let n_zero = n - nnz;
             let scale = magnitude_scale(values.iter().fold(0.0, |m: f64, &v| m.max(v)));
             let sum: f64 = values.iter().map(|v| v * scale).sum();

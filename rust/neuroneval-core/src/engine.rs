@@ -850,7 +850,8 @@ fn score_pairs_at(
             params,
             ranks: PAIR_KERNEL_RANKS,
         };
-        profile.rebuild_with(a, first_unit + unit, spec, sort, sums);
+        // `a` is refilled for each unit: it is given up, to be centred in place
+        profile.rebuild_taking(a, first_unit + unit, spec, sort, sums);
         group
             .iter()
             .map(|&p| {

@@ -106,26 +106,71 @@ pub fn sum_and_max_abs(values: &[f64]) -> (f64, f64) {
     (combine_lanes(sum, |a, b| a + b), combine_lanes(max, larger))
 }
 
-/// The centred values `a - mean` into `centred` and, in the same pass, the lanes of: the
+/// The values a centring pass reads and where their centred values go.
+enum Centring<'a> {
+    /// From the first slice into the second, of the same length.
+    Apart(&'a [f64], &'a mut [f64]),
+    /// Over the values themselves: a pass that writes no second buffer.
+    InPlace(&'a mut [f64]),
+}
+
+impl Centring<'_> {
+    /// (source, destination, length): the two pointers are equal or their ranges disjoint.
+    fn raw(&mut self) -> (*const f64, *mut f64, usize) {
+        match self {
+            Centring::Apart(a, out) => {
+                assert_eq!(
+                    a.len(),
+                    out.len(),
+                    "a centring's two slices differ in length"
+                );
+                (a.as_ptr(), out.as_mut_ptr(), a.len())
+            }
+            Centring::InPlace(values) => {
+                // one pointer for both, so that the read and the write share a provenance
+                let p = values.as_mut_ptr();
+                (p.cast_const(), p, values.len())
+            }
+        }
+    }
+
+    /// Where the centred values are.
+    fn centred(&self) -> &[f64] {
+        match self {
+            Centring::Apart(_, out) => out,
+            Centring::InPlace(values) => values,
+        }
+    }
+}
+
+/// The centred values `a - mean` (see [`Centring`]) and, in the same pass, the lanes of: the
 /// squares of `a * inv`, the centred values, their largest magnitude, their squares, and
 /// their smallest magnitude other than 0 (for [`centred_moments`]).
-fn centre_and_fold(a: &[f64], mean: f64, inv: f64, centred: &mut [f64]) -> [f64; 5] {
-    let whole = a.len() - a.len() % 8;
-    let (body, rest) = centred.split_at_mut(whole);
+fn centre_and_fold(io: &mut Centring<'_>, mean: f64, inv: f64) -> [f64; 5] {
+    let (src, dst, len) = io.raw();
+    let whole = len - len % 8;
     #[cfg(target_arch = "x86_64")]
-    let lanes = if crate::simd::has_avx512() {
-        // SAFETY: the CPU has AVX-512F (checked just before).
-        unsafe { avx512::centre_and_fold_lanes(&a[..whole], mean, inv, body) }
-    } else {
-        centre_and_fold_lanes(&a[..whole], mean, inv, body)
+    // SAFETY: `raw` gives `len` values at both pointers, the same or disjoint; the lanes read
+    // each group of 8 before writing it.
+    let lanes = unsafe {
+        if crate::simd::has_avx512() {
+            // (the CPU has AVX-512F: checked just before)
+            avx512::centre_and_fold_lanes(src, dst, whole, mean, inv)
+        } else {
+            centre_and_fold_lanes(src, dst, whole, mean, inv)
+        }
     };
     #[cfg(not(target_arch = "x86_64"))]
-    let lanes = centre_and_fold_lanes(&a[..whole], mean, inv, body);
+    // SAFETY: as above.
+    let lanes = unsafe { centre_and_fold_lanes(src, dst, whole, mean, inv) };
     let [mut a_squares, mut sum, mut max, mut squares, mut min] = lanes;
     let larger = |acc: f64, v: f64| if v > acc { v } else { acc };
-    for (j, (&v, out)) in a[whole..].iter().zip(rest).enumerate() {
+    for j in 0..len - whole {
+        // SAFETY: whole + j < len; the value is read before it is written.
+        let v = unsafe { src.add(whole + j).read() };
         let c = v - mean;
-        *out = c;
+        // SAFETY: as above.
+        unsafe { dst.add(whole + j).write(c) };
         a_squares[j] += (v * inv) * (v * inv);
         sum[j] += c;
         max[j] = larger(max[j], c.abs());
@@ -166,12 +211,24 @@ fn sum_and_max_abs_lanes(values: &[f64]) -> ([f64; 8], [f64; 8]) {
     (sum, max)
 }
 
-/// The lanes of [`centre_and_fold`] over whole groups of eight (portable).
-fn centre_and_fold_lanes(a: &[f64], mean: f64, inv: f64, centred: &mut [f64]) -> [[f64; 8]; 5] {
+/// The lanes of [`centre_and_fold`] over `len` values, a multiple of eight (portable).
+///
+/// # Safety
+/// `src` and `dst` hold `len` values each and are equal or do not overlap.
+unsafe fn centre_and_fold_lanes(
+    src: *const f64,
+    dst: *mut f64,
+    len: usize,
+    mean: f64,
+    inv: f64,
+) -> [[f64; 8]; 5] {
     let larger = |acc: f64, v: f64| if v > acc { v } else { acc };
     let (mut a_squares, mut sum, mut max, mut squares) = ([0.0; 8], [0.0; 8], [0.0; 8], [0.0; 8]);
     let mut min = [f64::INFINITY; 8];
-    for (x, out) in a.chunks_exact(8).zip(centred.chunks_exact_mut(8)) {
+    for k in (0..len).step_by(8) {
+        // SAFETY: k + 8 <= len; a group is read whole before any of it is written.
+        let x: [f64; 8] = unsafe { src.add(k).cast::<[f64; 8]>().read_unaligned() };
+        let mut out = [0.0; 8];
         for j in 0..8 {
             let c = x[j] - mean;
             out[j] = c;
@@ -181,6 +238,8 @@ fn centre_and_fold_lanes(a: &[f64], mean: f64, inv: f64, centred: &mut [f64]) ->
             squares[j] += c * c;
             min[j] = smaller_nonzero(min[j], c.abs());
         }
+        // SAFETY: as above.
+        unsafe { dst.add(k).cast::<[f64; 8]>().write_unaligned(out) };
     }
     [a_squares, sum, max, squares, min]
 }
@@ -215,23 +274,27 @@ mod avx512 {
         (lanes_of(sum), lanes_of(max))
     }
 
+    /// # Safety
+    /// As the portable version's, on a CPU with AVX-512F.
     #[target_feature(enable = "avx512f")]
-    pub(super) fn centre_and_fold_lanes(
-        a: &[f64],
+    pub(super) unsafe fn centre_and_fold_lanes(
+        src: *const f64,
+        dst: *mut f64,
+        len: usize,
         mean: f64,
         inv: f64,
-        centred: &mut [f64],
     ) -> [[f64; 8]; 5] {
         let (m, scale) = (_mm512_set1_pd(mean), _mm512_set1_pd(inv));
         let zero = _mm512_setzero_pd();
         let (mut a_squares, mut sum, mut max, mut squares) = (zero, zero, zero, zero);
         let mut min = _mm512_set1_pd(f64::INFINITY);
-        for (x, out) in a.chunks_exact(8).zip(centred.chunks_exact_mut(8)) {
-            // SAFETY: both groups hold 8 doubles; unaligned loads and stores are allowed.
-            let v = unsafe { _mm512_loadu_pd(x.as_ptr()) };
+        for k in (0..len).step_by(8) {
+            // SAFETY: k + 8 <= len at both pointers; the group is loaded before it is
+            // stored; unaligned loads and stores are allowed.
+            let v = unsafe { _mm512_loadu_pd(src.add(k)) };
             let c = _mm512_sub_pd(v, m);
             // SAFETY: as above.
-            unsafe { _mm512_storeu_pd(out.as_mut_ptr(), c) };
+            unsafe { _mm512_storeu_pd(dst.add(k), c) };
             let s = _mm512_mul_pd(v, scale);
             a_squares = _mm512_add_pd(a_squares, _mm512_mul_pd(s, s));
             sum = _mm512_add_pd(sum, c);
@@ -267,13 +330,24 @@ pub fn centred_moments(
     centred: &mut Vec<f64>,
 ) -> (f64, f64, f64) {
     resize_for_overwrite(centred, a.len());
+    moments_of(Centring::Apart(a, centred), mean, max_abs)
+}
+
+/// [`centred_moments`] with `values` centred in place: the same bits, one buffer fewer.
+pub fn centred_moments_in_place(values: &mut [f64], mean: f64, max_abs: f64) -> (f64, f64, f64) {
+    moments_of(Centring::InPlace(values), mean, max_abs)
+}
+
+/// The moments of [`centred_moments`], the centred values written as `io` says.
+fn moments_of(mut io: Centring<'_>, mean: f64, max_abs: f64) -> (f64, f64, f64) {
     let a_scale = if max_abs == 0.0 || !max_abs.is_finite() {
         1.0
     } else {
         norm_scale(max_abs)
     };
-    let [a_squares, sum, max, squares, min] = centre_and_fold(a, mean, 1.0 / a_scale, centred);
+    let [a_squares, sum, max, squares, min] = centre_and_fold(&mut io, mean, 1.0 / a_scale);
     let norm = scaled_norm(max_abs, |_| a_squares);
+    let centred = io.centred();
     let centred_norm = if max == 0.0 {
         0.0
     } else {
@@ -281,7 +355,7 @@ pub fn centred_moments(
         // unscaled, and 2^32 of them stay finite
         let scale = norm_scale(max);
         let lowest = pow2(-500) * scale.max(1.0);
-        if max <= pow2(480) && min >= lowest && a.len() < 1 << 32 {
+        if max <= pow2(480) && min >= lowest && centred.len() < 1 << 32 {
             squares.sqrt()
         } else {
             robust_norm_slice_with_max(centred, max)
@@ -485,6 +559,12 @@ mod tests {
                 robust_norm_slice(&want).to_bits(),
                 "{a:?}"
             );
+            // in place: the same moments, and the centred values where `a` was
+            let mut in_place = a.clone();
+            let moments = centred_moments_in_place(&mut in_place, mean, max_abs);
+            let bits = |m: (f64, f64, f64)| [m.0.to_bits(), m.1.to_bits(), m.2.to_bits()];
+            assert_eq!(bits(moments), bits((norm, centred_sum, centred_norm)));
+            assert_eq!(in_place, want);
             // the portable lanes and the intrinsics' agree
             #[cfg(target_arch = "x86_64")]
             if crate::simd::has_avx512() {
@@ -497,11 +577,14 @@ mod tests {
                     (bits(&portable.0), bits(&portable.1)),
                     (bits(&wide.0), bits(&wide.1))
                 );
-                let (mut c1, mut c2) = (vec![0.0; whole], vec![0.0; whole]);
-                let portable = centre_and_fold_lanes(&a[..whole], mean, 0.5, &mut c1);
-                // SAFETY: as above.
-                let wide =
-                    unsafe { avx512::centre_and_fold_lanes(&a[..whole], mean, 0.5, &mut c2) };
+                let (mut c1, mut c2) = (vec![0.0; whole], a[..whole].to_vec());
+                // SAFETY: `a` and `c1` hold `whole` values and are disjoint; `c2` is read and
+                // written in place.
+                let portable =
+                    unsafe { centre_and_fold_lanes(a.as_ptr(), c1.as_mut_ptr(), whole, mean, 0.5) };
+                let p = c2.as_mut_ptr();
+                // SAFETY: as above, and the CPU has AVX-512F (checked above).
+                let wide = unsafe { avx512::centre_and_fold_lanes(p, p, whole, mean, 0.5) };
                 assert_eq!(portable.map(|l| bits(&l)), wide.map(|l| bits(&l)));
                 assert_eq!(c1, c2);
             }

@@ -2,8 +2,9 @@
 
 use crate::metric::{top_count, Needs, Params};
 use crate::numeric::{
-    centred_moments, lane_sum, magnitude_scale, max_abs_slice, robust_norm_shifted_slice,
-    robust_norm_slice, robust_norm_slice_with_max, shifted_lane_sum, sum_and_max_abs,
+    centred_moments, centred_moments_in_place, lane_sum, magnitude_scale, max_abs_slice,
+    robust_norm_shifted_slice, robust_norm_slice, robust_norm_slice_with_max, shifted_lane_sum,
+    sum_and_max_abs,
 };
 use crate::radix::SortScratch;
 use crate::ranks::{centred_rank_norm, rank, rank_into_with, tie_term, RankOutputs, Ranking};
@@ -25,6 +26,30 @@ pub struct TransformSpec<'a> {
     pub needs: &'a Needs,
     pub params: &'a Params,
     pub ranks: RankOutputs,
+}
+
+/// A unit's values as a rebuild receives them: lent, or given up to be centred in place.
+enum UnitValues<'a> {
+    Lent(&'a [f64]),
+    Given(&'a mut Vec<f64>),
+}
+
+impl UnitValues<'_> {
+    fn get(&self) -> &[f64] {
+        match self {
+            UnitValues::Lent(a) => a,
+            UnitValues::Given(a) => a,
+        }
+    }
+}
+
+/// What a rebuild's moments start from, found before the ranking reads the values.
+#[derive(Clone, Copy)]
+struct MomentsFrom {
+    /// the metrics need the moments (products or label sums)
+    wanted: bool,
+    constant: bool,
+    max_abs: f64,
 }
 
 /// A unit of `n` inputs given by its nonzero entries (`rows` ascending, `values` != 0 and
@@ -123,6 +148,36 @@ impl UnitProfile {
         scratch: &mut SortScratch,
         sums: Option<(f64, f64)>,
     ) {
+        let summary = self.rebuild_but_moments(a, unit, spec, scratch, sums);
+        self.set_moments(UnitValues::Lent(a), summary);
+    }
+
+    /// [`UnitProfile::rebuild_with`] on a copy of the unit that the caller gives up: it is
+    /// centred in place, which spares a pass its own buffer, and `a` is left holding the
+    /// profile's previous buffer (its values unspecified, its capacity kept for the next
+    /// copy). The same bits.
+    pub fn rebuild_taking(
+        &mut self,
+        a: &mut Vec<f64>,
+        unit: usize,
+        spec: TransformSpec<'_>,
+        scratch: &mut SortScratch,
+        sums: Option<(f64, f64)>,
+    ) {
+        let summary = self.rebuild_but_moments(a, unit, spec, scratch, sums);
+        self.set_moments(UnitValues::Given(a), summary);
+    }
+
+    /// Everything of a rebuild but the moments (the centred values and norms), which come
+    /// last so that they may overwrite `a`; returns what they start from.
+    fn rebuild_but_moments(
+        &mut self,
+        a: &[f64],
+        unit: usize,
+        spec: TransformSpec<'_>,
+        scratch: &mut SortScratch,
+        sums: Option<(f64, f64)>,
+    ) -> MomentsFrom {
         let TransformSpec {
             needs,
             params,
@@ -132,51 +187,15 @@ impl UnitProfile {
         self.n = n;
         let constant = a.iter().all(|&v| v == a[0]);
         // The centred values, their sum and the norms serve the products and label sums only.
-        let moments = needs.products || needs.inverse_sums;
+        let wanted = needs.products || needs.inverse_sums;
         // the sum and the largest magnitude in one pass (the same lanes as apart)
-        let (sum, max_abs) = if moments || !constant {
+        let (sum, max_abs) = if wanted || !constant {
             sums.unwrap_or_else(|| sum_and_max_abs(a))
         } else {
             (0.0, 0.0)
         };
         self.mean = if constant { a[0] } else { sum / n as f64 };
         self.scale = 1.0;
-        if moments {
-            self.scale = magnitude_scale(max_abs);
-            if self.scale == 1.0 && !constant {
-                // the centred values, their sum and both norms in one pass
-                (self.norm, self.centred_sum, self.centred_norm) =
-                    centred_moments(a, self.mean, max_abs, &mut self.centred);
-            } else if self.scale == 1.0 {
-                self.centred.clear();
-                self.centred.resize(n, 0.0);
-                self.norm = robust_norm_slice_with_max(a, max_abs);
-                self.centred_sum = lane_sum(&self.centred);
-                self.centred_norm = robust_norm_slice(&self.centred);
-            } else {
-                self.centred.clear();
-                // Tiny or huge values: the same steps on a * scale (exact), held in
-                // `centred` until they are centred in place.
-                let scale = self.scale;
-                self.centred.extend(a.iter().map(|v| v * scale));
-                self.mean = if constant {
-                    self.centred[0]
-                } else {
-                    lane_sum(&self.centred) / n as f64
-                };
-                self.norm = robust_norm_slice(&self.centred);
-                let mean = self.mean;
-                for v in self.centred.iter_mut() {
-                    *v = if constant { 0.0 } else { *v - mean };
-                }
-                self.centred_sum = lane_sum(&self.centred);
-                self.centred_norm = robust_norm_slice(&self.centred);
-            }
-        } else {
-            self.centred.clear();
-            (self.centred_sum, self.centred_norm, self.norm) = (0.0, 0.0, 0.0);
-        }
-
         let mut ranking = Ranking {
             order: std::mem::take(&mut self.order),
             midrank: std::mem::take(&mut self.centred_rank),
@@ -249,6 +268,66 @@ impl UnitProfile {
             };
             self.subset_a = self.subset.iter().map(|&i| a[i as usize]).collect();
             self.subset_rank = rank(&self.subset_a).midrank;
+        }
+        MomentsFrom {
+            wanted,
+            constant,
+            max_abs,
+        }
+    }
+
+    /// The centred values, their sum and the norms, when `from.wanted` (else empty and 0),
+    /// from the values and the mean set before.
+    fn set_moments(&mut self, values: UnitValues<'_>, from: MomentsFrom) {
+        let MomentsFrom {
+            wanted,
+            constant,
+            max_abs,
+        } = from;
+        if !wanted {
+            self.centred.clear();
+            (self.centred_sum, self.centred_norm, self.norm) = (0.0, 0.0, 0.0);
+            return;
+        }
+        self.scale = magnitude_scale(max_abs);
+        if self.scale == 1.0 && !constant {
+            // the centred values, their sum and both norms in one pass
+            (self.norm, self.centred_sum, self.centred_norm) = match values {
+                UnitValues::Lent(a) => centred_moments(a, self.mean, max_abs, &mut self.centred),
+                UnitValues::Given(a) => {
+                    let moments = centred_moments_in_place(a, self.mean, max_abs);
+                    std::mem::swap(&mut self.centred, a);
+                    moments
+                }
+            };
+            return;
+        }
+        let a = values.get();
+        let n = a.len();
+        if self.scale == 1.0 {
+            self.centred.clear();
+            self.centred.resize(n, 0.0);
+            self.norm = robust_norm_slice_with_max(a, max_abs);
+            self.centred_sum = lane_sum(&self.centred);
+            self.centred_norm = robust_norm_slice(&self.centred);
+        } else {
+            self.centred.clear();
+            // Tiny or huge values: the same steps on a * scale (exact), held in
+            // `centred` until they are centred in place.
+            let scale = self.scale;
+            self.centred.extend(a.iter().map(|v| v * scale));
+            self.mean = if constant {
+                self.centred[0]
+            } else {
+                lane_sum(&self.centred) / n as f64
+            };
+            self.norm = robust_norm_slice(&self.centred);
+            let mean = self.mean;
+            for v in self.centred.iter_mut() {
+                *v = if constant { 0.0 } else { *v - mean };
+            }
+            self.centred_sum = lane_sum(&self.centred);
+            self.centred_norm = robust_norm_slice(&self.centred);
         }
     }
 
@@ -759,6 +838,49 @@ mod tests {
             };
             assert_eq!(scalars(&reused), scalars(&fresh));
             assert!(reused.centred.is_empty() && reused.centred_rank.is_empty());
+        }
+    }
+
+    /// A unit given up to be centred in place transforms to the same profile, bit for bit,
+    /// as one lent: ordinary, constant, tiny and huge values (the last two take a magnitude
+    /// scale), under every metric and under the products alone, one profile reused for all.
+    #[test]
+    fn a_unit_centred_in_place_equals_one_lent() {
+        let mut rng = SplitMix64::for_stream(9, 0);
+        let n = 1001;
+        let ordinary: Vec<f64> = (0..n).map(|_| rng.next_f64() * 4.0 - 1.0).collect();
+        let units = [
+            ordinary.clone(),
+            vec![2.5; n],
+            ordinary.iter().map(|v| v * 1e-310).collect(),
+            ordinary.iter().map(|v| v * 1e300).collect(),
+        ];
+        let params = Params::default();
+        let products = Needs::of(&[crate::metric::Metric::Cosine]);
+        for needs in [Needs::of(&crate::metric::Metric::ALL), products] {
+            let spec = TransformSpec {
+                needs: &needs,
+                params: &params,
+                ranks: PAIR_KERNEL_RANKS,
+            };
+            let mut sort = SortScratch::default();
+            let (mut lent, mut given) = (UnitProfile::default(), UnitProfile::default());
+            given.centred = vec![7.0; 3];
+            for a in &units {
+                lent.rebuild(a, 4, spec, &mut sort);
+                let mut copy = a.clone();
+                given.rebuild_taking(&mut copy, 4, spec, &mut sort, None);
+                let fields = |p: &UnitProfile| {
+                    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    (
+                        [p.mean, p.scale, p.centred_sum, p.centred_norm, p.norm].map(f64::to_bits),
+                        bits(&p.centred),
+                        bits(&p.centred_rank),
+                        (p.top.clone(), p.subset.clone(), bits(&p.subset_a)),
+                    )
+                };
+                assert_eq!(fields(&lent), fields(&given), "{:?}", &a[..3]);
+            }
         }
     }
 
