@@ -49,7 +49,8 @@ pub struct ConceptColumn {
     /// sum and mean of c * scale.
     pub sum: f64,
     pub mean: f64,
-    /// ||c * scale - mean||, exactly 0 for a constant column.
+    /// ||c * scale - mean||, exactly 0 for a constant column (present when its
+    /// [`ColumnNeeds`] asked for it, else 0).
     pub centred_norm: f64,
     /// ||c * scale||.
     pub norm: f64,
@@ -59,16 +60,40 @@ pub struct ConceptColumn {
     pub rank_above_zero_sum: f64,
 }
 
+/// Which of a column's transforms a call's metrics read, beyond the sums every metric uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ColumnNeeds {
+    /// The nonzero values' midranks and threshold sizes, and the ranks' centred norm.
+    pub ranks: bool,
+    /// The norm of the centred values.
+    pub centred_norm: bool,
+}
+
+impl ColumnNeeds {
+    pub const ALL: ColumnNeeds = ColumnNeeds {
+        ranks: true,
+        centred_norm: true,
+    };
+
+    pub fn of(needs: &Needs) -> ColumnNeeds {
+        ColumnNeeds {
+            ranks: needs.forward_rank_sum || needs.forward_ap || needs.rank_products,
+            centred_norm: needs.centred_norms,
+        }
+    }
+}
+
 impl ConceptColumn {
     /// Builds the transforms of one column of N values from its nonzero entries
-    /// (ascending inputs), all already validated to lie in (0, 1]. The ranks (one sort of
-    /// the nonzero values) only `with_ranks`.
+    /// (ascending inputs), all already validated to lie in (0, 1]: those that `wanted`
+    /// names (the ranks cost a sort of the nonzero values, the centred norm a pass).
     pub fn from_nonzeros(
         n: usize,
         nz_index: Vec<u32>,
         nz_value: Vec<f64>,
-        with_ranks: bool,
+        wanted: ColumnNeeds,
     ) -> ConceptColumn {
+        let with_ranks = wanted.ranks;
         // (values are > 0: the largest is the largest magnitude)
         let (smallest, largest) = extremes(&nz_value);
         let positives = if smallest >= 0.5 {
@@ -114,21 +139,21 @@ impl ConceptColumn {
         }
 
         let constant = nnz == 0 || (col.n_zero == 0 && smallest == largest);
-        if !constant {
+        if !constant && wanted.centred_norm {
             let m = col.mean;
             col.centred_norm = if fast {
                 centred_norm(&col.nz_value, m, col.n_zero, smallest, largest)
             } else {
                 robust_norm(col.nz_value.iter().map(|v| v * scale - m), -m, col.n_zero)
             };
-            if with_ranks {
-                let mid = (n as f64 + 1.0) / 2.0;
-                col.rank_centred_norm = robust_norm(
-                    col.nz_rank.iter().map(|r| r - mid),
-                    col.zero_rank - mid,
-                    col.n_zero,
-                );
-            }
+        }
+        if !constant && with_ranks {
+            let mid = (n as f64 + 1.0) / 2.0;
+            col.rank_centred_norm = robust_norm(
+                col.nz_rank.iter().map(|r| r - mid),
+                col.zero_rank - mid,
+                col.n_zero,
+            );
         }
         col
     }
@@ -352,7 +377,8 @@ impl ConceptSet {
         needs: &Needs,
         for_matrix: bool,
     ) -> Result<ConceptSet> {
-        let with_ranks = needs.forward_rank_sum || needs.forward_ap || needs.rank_products;
+        let wanted = ColumnNeeds::of(needs);
+        let with_ranks = wanted.ranks;
         let (n, t) = (concepts.rows(), concepts.cols());
         let all: Vec<usize>;
         let selected = match selected {
@@ -383,7 +409,7 @@ impl ConceptSet {
                 Ok(index
                     .into_par_iter()
                     .zip(value)
-                    .map(|(idx, val)| ConceptColumn::from_nonzeros(n, idx, val, with_ranks))
+                    .map(|(idx, val)| ConceptColumn::from_nonzeros(n, idx, val, wanted))
                     .collect())
             })
             .collect();
@@ -619,7 +645,8 @@ mod tests {
             let index: Vec<u32> = (0..nnz as u32)
                 .map(|i| i * (n / nnz.max(1)) as u32)
                 .collect();
-            let col = ConceptColumn::from_nonzeros(n, index.clone(), values.clone(), true);
+            let col =
+                ConceptColumn::from_nonzeros(n, index.clone(), values.clone(), ColumnNeeds::ALL);
             let positives: Vec<u32> = index
                 .iter()
                 .zip(&values)

@@ -178,6 +178,8 @@ pub struct Needs {
     pub inverse_ap: bool,
     /// Products over all inputs.
     pub products: bool,
+    /// The concepts' centred norms (Pearson r's denominator; cosine takes the plain norms).
+    pub centred_norms: bool,
     pub rank_products: bool,
     pub top_random: bool,
 }
@@ -227,7 +229,11 @@ impl Needs {
                     n.inverse = true;
                     n.inverse_sums = true;
                 }
-                Correlation | Cosine => n.products = true,
+                Correlation => {
+                    n.products = true;
+                    n.centred_norms = true;
+                }
+                Cosine => n.products = true,
                 Spearman => {
                     n.order = true;
                     n.rank_products = true;
