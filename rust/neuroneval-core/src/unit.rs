@@ -152,10 +152,10 @@ impl UnitProfile {
         self.set_moments(UnitValues::Lent(a), summary);
     }
 
-    /// [`UnitProfile::rebuild_with`] on a copy of the unit that the caller gives up: it is
-    /// centred in place, which spares a pass its own buffer, and `a` is left holding the
-    /// profile's previous buffer (its values unspecified, its capacity kept for the next
-    /// copy). The same bits.
+    /// [`UnitProfile::rebuild_with`] on a copy of the unit that the caller gives up: the
+    /// centring writes over the copy instead of into a second buffer of N values, and `a` is
+    /// left holding the profile's previous buffer (its values unspecified, its capacity kept
+    /// for the next copy). The same bits.
     pub fn rebuild_taking(
         &mut self,
         a: &mut Vec<f64>,
