@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use crate::concepts::{ConceptSet, RowIndex};
 use crate::error::{CoreError, Result};
 use crate::metric::{Metric, Needs, Params};
-use crate::numeric::{compact_nonzeros, resize_for_overwrite, sum_and_max_abs};
+use crate::numeric::{compact_nonzeros, resize_for_overwrite};
 use crate::pair::{ForwardSums, InverseSums, PairKernel, Precomputed, Products};
 use crate::radix::SortScratch;
 use crate::ranks::RankOutputs;
@@ -882,11 +882,10 @@ fn score_pairs_at(
         vec![with_pair_buffers(n, |bufs| {
             // every source writes all of `a`
             resize_for_overwrite(&mut bufs.a, n);
-            activations.columns_into(&[unit], &mut bufs.a);
             // The sum sees every value, so a NaN or an infinity leaves it non-finite: only
             // then is the copy read again for the first such value (finite values whose sum
-            // overflows pass). The transforms reuse the sums.
-            let sums = sum_and_max_abs(&bufs.a);
+            // overflows pass). The transforms reuse the sums, taken as the column is copied.
+            let sums = activations.column_with_sums(unit, &mut bufs.a);
             if !sums.0.is_finite() {
                 check_copy_finite(&bufs.a, first_unit + unit)?;
             }

@@ -1,6 +1,8 @@
 //! Numeric helpers of the transforms: norms without overflow, sums in a fixed lane order,
 //! and reusable buffers.
 
+use crate::matrix::Element;
+
 /// 2^e for an exponent of a normal double (-1022 <= e <= 1023), exactly.
 #[inline]
 const fn pow2(e: i32) -> f64 {
@@ -90,16 +92,52 @@ pub fn robust_norm_slice_with_max(values: &[f64], max_abs: f64) -> f64 {
 pub fn sum_and_max_abs(values: &[f64]) -> (f64, f64) {
     let whole = values.len() - values.len() % 8;
     #[cfg(target_arch = "x86_64")]
-    let (mut sum, mut max) = if crate::simd::has_avx512() {
+    let lanes = if crate::simd::has_avx512() {
         // SAFETY: the CPU has AVX-512F (checked just before).
         unsafe { avx512::sum_and_max_abs_lanes(&values[..whole]) }
     } else {
         sum_and_max_abs_lanes(&values[..whole])
     };
     #[cfg(not(target_arch = "x86_64"))]
-    let (mut sum, mut max) = sum_and_max_abs_lanes(&values[..whole]);
+    let lanes = sum_and_max_abs_lanes(&values[..whole]);
+    finish_sum_and_max_abs(lanes, &values[whole..])
+}
+
+/// [`sum_and_max_abs`] of a float32 or float64 `column` widened into `out` (as `as f64`
+/// does), in the pass that copies it: the same bits as copying first. None, with nothing
+/// written, for other element types or on a CPU without AVX-512.
+pub fn widen_with_sum_and_max_abs<E: Element>(column: &[E], out: &mut [f64]) -> Option<(f64, f64)> {
+    assert_eq!(
+        column.len(),
+        out.len(),
+        "a copy's two slices differ in length"
+    );
+    let whole = column.len() - column.len() % 8;
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx512() {
+        let lanes = if let Some(column) = E::as_f32(column) {
+            // SAFETY: the CPU has AVX-512F (checked above).
+            unsafe { avx512::widen_sum_and_max_abs_lanes_f32(&column[..whole], &mut out[..whole]) }
+        } else if let Some(column) = E::as_f64(column) {
+            // SAFETY: as above.
+            unsafe { avx512::widen_sum_and_max_abs_lanes_f64(&column[..whole], &mut out[..whole]) }
+        } else {
+            return None;
+        };
+        for (o, v) in out[whole..].iter_mut().zip(&column[whole..]) {
+            *o = v.to_f64();
+        }
+        return Some(finish_sum_and_max_abs(lanes, &out[whole..]));
+    }
+    let _ = (whole, out);
+    None
+}
+
+/// The lanes of [`sum_and_max_abs`] with the values past the whole groups of eight added
+/// (value j of `tail` into lane j), combined.
+fn finish_sum_and_max_abs((mut sum, mut max): ([f64; 8], [f64; 8]), tail: &[f64]) -> (f64, f64) {
     let larger = |acc: f64, v: f64| if v > acc { v } else { acc };
-    for (j, &v) in values[whole..].iter().enumerate() {
+    for (j, &v) in tail.iter().enumerate() {
         sum[j] += v;
         max[j] = larger(max[j], v.abs());
     }
@@ -259,6 +297,43 @@ mod avx512 {
         // SAFETY: `out` holds 8 doubles; unaligned stores are allowed.
         unsafe { _mm512_storeu_pd(out.as_mut_ptr(), v) };
         out
+    }
+
+    /// [`sum_and_max_abs_lanes`] of `column` widened, each group stored into `out` as it is
+    /// added.
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn widen_sum_and_max_abs_lanes_f32(
+        column: &[f32],
+        out: &mut [f64],
+    ) -> ([f64; 8], [f64; 8]) {
+        let (mut sum, mut max) = (_mm512_setzero_pd(), _mm512_setzero_pd());
+        for (c, o) in column.chunks_exact(8).zip(out.chunks_exact_mut(8)) {
+            // SAFETY: the groups hold 8 floats and 8 doubles; unaligned access is allowed.
+            let v = unsafe { _mm512_cvtps_pd(_mm256_loadu_ps(c.as_ptr())) };
+            // SAFETY: as above.
+            unsafe { _mm512_storeu_pd(o.as_mut_ptr(), v) };
+            sum = _mm512_add_pd(sum, v);
+            max = _mm512_max_pd(_mm512_abs_pd(v), max);
+        }
+        (lanes_of(sum), lanes_of(max))
+    }
+
+    /// [`widen_sum_and_max_abs_lanes_f32`] of doubles: a copy.
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn widen_sum_and_max_abs_lanes_f64(
+        column: &[f64],
+        out: &mut [f64],
+    ) -> ([f64; 8], [f64; 8]) {
+        let (mut sum, mut max) = (_mm512_setzero_pd(), _mm512_setzero_pd());
+        for (c, o) in column.chunks_exact(8).zip(out.chunks_exact_mut(8)) {
+            // SAFETY: both groups hold 8 doubles; unaligned access is allowed.
+            let v = unsafe { _mm512_loadu_pd(c.as_ptr()) };
+            // SAFETY: as above.
+            unsafe { _mm512_storeu_pd(o.as_mut_ptr(), v) };
+            sum = _mm512_add_pd(sum, v);
+            max = _mm512_max_pd(_mm512_abs_pd(v), max);
+        }
+        (lanes_of(sum), lanes_of(max))
     }
 
     #[target_feature(enable = "avx512f")]
