@@ -467,6 +467,27 @@ def test_pairs_equal_matrix_entries(regime: str) -> None:
         np.testing.assert_array_equal(rev[m], got[m][::-1], err_msg=m)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+@pytest.mark.parametrize("layout", ["row-major", "column-major"])
+@pytest.mark.parametrize("regime", ["sparse", "dense"])
+def test_a_pair_alone_equals_the_pair_among_others_bit_for_bit(regime: str, layout: str, dtype: type) -> None:
+    """A call that names one unit (the compat drop-ins' pattern) copies its column and sums it
+    in one pass where the column is contiguous (column-major here), else copies then sums; a
+    call that names several units sums each copy apart. Both give the same bits, for every
+    dtype, and the matrix call's values."""
+    a, c = DATA[regime]
+    a = a.astype(dtype, order="C" if layout == "row-major" else "F")
+    kw = {"alpha": 0.07, "lam": 0.5, "k": 7, "top_alpha": 0.05, "seed": 11}
+    full = neuroneval.compute(a, c, **kw)
+    last = a.shape[1] - 1
+    for k, t in [(0, 0), (last, c.shape[1] - 1), (1, c.shape[1] // 2)]:
+        alone = neuroneval.compute(a, c, pairs=[[k, t]], **kw)
+        among = neuroneval.compute(a, c, pairs=[[k, t], [last - k, t]], **kw)
+        for m in METRICS:
+            assert np.array_equal(alone[m], among[m][:1], equal_nan=True), (m, k, t)
+            assert_allclose(alone[m], full[m][k : k + 1, t], rtol=1e-12, atol=1e-12, equal_nan=True, err_msg=m)
+
+
 def test_pairs_as_lists_and_subset_of_metrics() -> None:
     got = neuroneval.compute(SPEC_A, SPEC_C, ["auc", "correlation"], alpha=0.2, pairs=[[1, 0], [0, 1], [1, 0]])
     full = neuroneval.compute(SPEC_A, SPEC_C, ["auc", "correlation"], alpha=0.2)
