@@ -198,9 +198,9 @@ fn extremes(values: &[f64]) -> (f64, f64) {
 }
 
 /// (sum, norm) of values in (0, 1] whose smallest is `smallest` and largest `largest` > 0,
-/// of magnitude scale 1, bit for bit the iterator sums of [`ConceptColumn::from_nonzeros`]'s general case
-/// (`v * 1` is `v`; a norm's max is the largest value), in one loop of two chains. Sums of
-/// values that are all 1 are counts, exact whatever the order.
+/// of magnitude scale 1, bit for bit the iterator sums of [`ConceptColumn::from_nonzeros`]'s
+/// general case (`v * 1` is `v`; a norm's max is the largest value), in one loop of two
+/// chains. Sums of values that are all 1 are counts, exact whatever the order.
 fn sum_and_norm(values: &[f64], smallest: f64, largest: f64) -> (f64, f64) {
     if smallest == 1.0 && largest == 1.0 {
         // every partial sum is a whole number below 2^53, so exact; so are the squares

@@ -299,42 +299,31 @@ mod avx512 {
         out
     }
 
-    /// [`sum_and_max_abs_lanes`] of `column` widened, each group stored into `out` as it is
-    /// added.
-    #[target_feature(enable = "avx512f")]
-    pub(super) fn widen_sum_and_max_abs_lanes_f32(
-        column: &[f32],
-        out: &mut [f64],
-    ) -> ([f64; 8], [f64; 8]) {
-        let (mut sum, mut max) = (_mm512_setzero_pd(), _mm512_setzero_pd());
-        for (c, o) in column.chunks_exact(8).zip(out.chunks_exact_mut(8)) {
-            // SAFETY: the groups hold 8 floats and 8 doubles; unaligned access is allowed.
-            let v = unsafe { _mm512_cvtps_pd(_mm256_loadu_ps(c.as_ptr())) };
-            // SAFETY: as above.
-            unsafe { _mm512_storeu_pd(o.as_mut_ptr(), v) };
-            sum = _mm512_add_pd(sum, v);
-            max = _mm512_max_pd(_mm512_abs_pd(v), max);
-        }
-        (lanes_of(sum), lanes_of(max))
+    /// Defines `$name`: [`sum_and_max_abs_lanes`] of a column of `$elem` widened (`$load`
+    /// turns the pointer `$p` to a group of 8 into one vector), each group stored into `out`
+    /// as it is added. One body for the float32 and float64 twins, which differ in the load.
+    macro_rules! widen_sum_and_max_abs_lanes {
+        ($name:ident, $elem:ty, |$p:ident| $load:expr) => {
+            #[target_feature(enable = "avx512f")]
+            pub(super) fn $name(column: &[$elem], out: &mut [f64]) -> ([f64; 8], [f64; 8]) {
+                let (mut sum, mut max) = (_mm512_setzero_pd(), _mm512_setzero_pd());
+                for (c, o) in column.chunks_exact(8).zip(out.chunks_exact_mut(8)) {
+                    let $p = c.as_ptr();
+                    // SAFETY: the groups hold 8 values each; unaligned access is allowed.
+                    let v = unsafe { $load };
+                    // SAFETY: as above.
+                    unsafe { _mm512_storeu_pd(o.as_mut_ptr(), v) };
+                    sum = _mm512_add_pd(sum, v);
+                    max = _mm512_max_pd(_mm512_abs_pd(v), max);
+                }
+                (lanes_of(sum), lanes_of(max))
+            }
+        };
     }
-
-    /// [`widen_sum_and_max_abs_lanes_f32`] of doubles: a copy.
-    #[target_feature(enable = "avx512f")]
-    pub(super) fn widen_sum_and_max_abs_lanes_f64(
-        column: &[f64],
-        out: &mut [f64],
-    ) -> ([f64; 8], [f64; 8]) {
-        let (mut sum, mut max) = (_mm512_setzero_pd(), _mm512_setzero_pd());
-        for (c, o) in column.chunks_exact(8).zip(out.chunks_exact_mut(8)) {
-            // SAFETY: both groups hold 8 doubles; unaligned access is allowed.
-            let v = unsafe { _mm512_loadu_pd(c.as_ptr()) };
-            // SAFETY: as above.
-            unsafe { _mm512_storeu_pd(o.as_mut_ptr(), v) };
-            sum = _mm512_add_pd(sum, v);
-            max = _mm512_max_pd(_mm512_abs_pd(v), max);
-        }
-        (lanes_of(sum), lanes_of(max))
-    }
+    widen_sum_and_max_abs_lanes!(widen_sum_and_max_abs_lanes_f32, f32, |p| {
+        _mm512_cvtps_pd(_mm256_loadu_ps(p))
+    });
+    widen_sum_and_max_abs_lanes!(widen_sum_and_max_abs_lanes_f64, f64, |p| _mm512_loadu_pd(p));
 
     #[target_feature(enable = "avx512f")]
     pub(super) fn sum_and_max_abs_lanes(values: &[f64]) -> ([f64; 8], [f64; 8]) {

@@ -22,8 +22,7 @@ pub trait MatrixSource: Sync {
     /// Copies column `col` into `out` (`rows()` values) and returns [`sum_and_max_abs`] of
     /// the copy: a source whose column lies contiguous in memory computes both in one pass.
     fn column_with_sums(&self, col: usize, out: &mut [f64]) -> (f64, f64) {
-        self.columns_into(&[col], out);
-        sum_and_max_abs(&out[..self.rows()])
+        copy_then_sums(self, col, out)
     }
     /// Whether the source stores its columns sparsely, so that [`MatrixSource::nonzeros_into`]
     /// reads only stored entries (a dense source reads every value).
@@ -60,9 +59,14 @@ impl<E: Element> MatrixSource for MatrixView<'_, E> {
                 return sums;
             }
         }
-        self.columns_into(&[col], out);
-        sum_and_max_abs(&out[..rows])
+        copy_then_sums(self, col, out)
     }
+}
+
+/// [`MatrixSource::column_with_sums`] in two passes: the copy, then the sums of it.
+fn copy_then_sums<S: MatrixSource + ?Sized>(source: &S, col: usize, out: &mut [f64]) -> (f64, f64) {
+    source.columns_into(&[col], out);
+    sum_and_max_abs(&out[..source.rows()])
 }
 
 /// Views with the same columns stacked along the rows, as an extraction run writes shards.
