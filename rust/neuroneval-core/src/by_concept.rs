@@ -8,7 +8,7 @@ use crate::numeric::resize_for_overwrite;
 use crate::pair::{InverseSums, Products};
 use crate::simd::prefetch;
 use crate::sweep::{SparseProducts, PREFETCH_DISTANCE};
-use crate::unit::UnitProfile;
+use crate::unit::{SparseEntries, UnitProfile};
 
 /// What [`inverse_by_concept`] reuses from unit to unit.
 #[derive(Debug, Default)]
@@ -64,28 +64,10 @@ pub fn inverse_by_concept(
     let ap = needs.inverse_ap;
     resize_for_overwrite(ends, if ap { run_start } else { 0 });
     let mut out = vec![InverseSums::default(); t];
+    let (ends, filled) = (&mut ends[..], &mut filled[..]);
     // a sparse unit's labels met among its entries, per concept (for the zero group): counted
-    // here without the AP, else the length of the concept's run
-    let counting = unit.sparse.is_some() && !ap;
+    // by its pass without the AP, else the length of the concept's run
     let mut in_entries = vec![0usize; t];
-    // adds one labelled input (its value, midrank and group end) to its concepts
-    let mut add = |list: &[u32], a: f64, r: f64, g: u32, out: &mut [InverseSums]| {
-        for &c in list {
-            let o = &mut out[c as usize];
-            o.centred_sum += a;
-            o.rank_sum += r;
-            if counting {
-                in_entries[c as usize] += 1;
-            }
-            if ap {
-                let f = &mut filled[c as usize];
-                ends[*f] = g;
-                *f += 1;
-                // each concept's run is a write stream: fetch its line a cache line ahead
-                prefetch(ends.as_ptr().wrapping_add(*f + 16));
-            }
-        }
-    };
     let list = |i: usize| &labels.concept[labels.ptr[i]..labels.ptr[i + 1]];
     let mut sparse_products = None;
     let zeros = match &unit.sparse {
@@ -105,7 +87,14 @@ pub fn inverse_by_concept(
                 } else {
                     0.0
                 };
-                add(list, a, r, if ap { unit.at_least[i] } else { 0 }, &mut out);
+                for &c in list {
+                    let o = &mut out[c as usize];
+                    o.centred_sum += a;
+                    o.rank_sum += r;
+                    if ap {
+                        append(ends, filled, c, unit.at_least[i]);
+                    }
+                }
             }
             None
         }
@@ -114,23 +103,22 @@ pub fn inverse_by_concept(
             // the same order, so the label sums are the raw products
             let raw_given = products.is_some_and(|r| r.values_are_one);
             let mut sums = products.map(|_| SparseProducts::new(t, raw_given));
-            for (e, &i) in sp.rows.iter().enumerate() {
-                // the entries' label offsets are read in steps of about N / nnz: fetch ahead
-                if let Some(&ahead) = sp.rows.get(e + PREFETCH_DISTANCE) {
-                    prefetch(labels.ptr.as_ptr().wrapping_add(ahead as usize));
-                }
-                let i = i as usize;
-                let r = if needs.order {
-                    sp.centred_rank[e] + mid
-                } else {
-                    0.0
-                };
-                let g = if ap { sp.at_least[e] } else { 0 };
-                add(list(i), sp.values[e] * unit.scale, r, g, &mut out);
-                if let (Some(sums), Some(rows)) = (&mut sums, products) {
-                    // the labels' own entries (the same offsets)
-                    sums.add(unit, sp, e, labels.ptr[i]..labels.ptr[i + 1], rows, needs);
-                }
+            let mut pass = EntriesPass {
+                unit,
+                sp,
+                labels,
+                mid,
+                out: &mut out,
+                in_entries: &mut in_entries,
+                ends: &mut *ends,
+                filled: &mut *filled,
+                products: sums.as_mut().zip(products).map(|(s, r)| (s, r, needs)),
+            };
+            match (needs.order, ap) {
+                (true, true) => pass.run::<true, true>(),
+                (true, false) => pass.run::<true, false>(),
+                (false, true) => pass.run::<false, true>(),
+                (false, false) => pass.run::<false, false>(),
             }
             if ap {
                 for ((k, &end), &start) in in_entries.iter_mut().zip(filled.iter()).zip(&*starts) {
@@ -169,6 +157,67 @@ pub fn inverse_by_concept(
         }
     }
     (out, sparse_products)
+}
+
+/// Appends group end `g` to concept `c`'s run.
+#[inline(always)]
+fn append(ends: &mut [u32], filled: &mut [usize], c: u32, g: u32) {
+    let f = &mut filled[c as usize];
+    ends[*f] = g;
+    *f += 1;
+    // each concept's run is a write stream: fetch its line a cache line ahead
+    prefetch(ends.as_ptr().wrapping_add(*f + 16));
+}
+
+/// A sparse unit's pass over its entries in [`inverse_by_concept`]: each entry's labels get
+/// its value and midrank (and its group end, or a count), and the products their terms.
+struct EntriesPass<'a> {
+    unit: &'a UnitProfile,
+    sp: &'a SparseEntries,
+    labels: &'a LabelIndex,
+    mid: f64,
+    out: &'a mut [InverseSums],
+    in_entries: &'a mut [usize],
+    ends: &'a mut [u32],
+    filled: &'a mut [usize],
+    products: Option<(&'a mut SparseProducts, &'a RowIndex, &'a Needs)>,
+}
+
+impl EntriesPass<'_> {
+    /// The pass with the midranks (`ORDER`) and the AP's group ends (`AP`; without it the
+    /// labels are counted) fixed at compile time: no test of either per label.
+    fn run<const ORDER: bool, const AP: bool>(&mut self) {
+        let (unit, sp, labels) = (self.unit, self.sp, self.labels);
+        for (e, &i) in sp.rows.iter().enumerate() {
+            // the entries' label offsets are read in steps of about N / nnz: fetch ahead
+            if let Some(&ahead) = sp.rows.get(e + PREFETCH_DISTANCE) {
+                prefetch(labels.ptr.as_ptr().wrapping_add(ahead as usize));
+            }
+            let i = i as usize;
+            let a = sp.values[e] * unit.scale;
+            let r = if ORDER {
+                sp.centred_rank[e] + self.mid
+            } else {
+                0.0
+            };
+            let g = if AP { sp.at_least[e] } else { 0 };
+            let entries = labels.ptr[i]..labels.ptr[i + 1];
+            for &c in &labels.concept[entries.clone()] {
+                let o = &mut self.out[c as usize];
+                o.centred_sum += a;
+                o.rank_sum += r;
+                if AP {
+                    append(self.ends, self.filled, c, g);
+                } else {
+                    self.in_entries[c as usize] += 1;
+                }
+            }
+            if let Some((sums, rows, needs)) = &mut self.products {
+                // the labels' own entries (the same offsets)
+                sums.add(unit, sp, e, entries, rows, needs);
+            }
+        }
+    }
 }
 
 /// Sorts one concept's group ends (each at most `n`) ascending: a radix sort of the bits

@@ -778,10 +778,26 @@ mod tests {
                         inverse_sparse(&p, sp, &set, &set.labels, &needs, &mut walk),
                     ));
                 }
-                out.push((
-                    name,
-                    inverse_by_concept(&p, &set, &set.labels, &needs, &mut by_concept, None).0,
-                ));
+                let all =
+                    inverse_by_concept(&p, &set, &set.labels, &needs, &mut by_concept, None).0;
+                // each metric alone (the pass specialised to what it needs) adds the same terms
+                for metric in [Metric::InverseAuc, Metric::InverseAuprc, Metric::Mad] {
+                    let alone = Needs::of(&[metric]);
+                    let sums =
+                        inverse_by_concept(&p, &set, &set.labels, &alone, &mut by_concept, None).0;
+                    for (j, (x, y)) in sums.iter().zip(&all).enumerate() {
+                        let pairs = [
+                            (alone.inverse_ap, x.ap, y.ap),
+                            (alone.inverse_sums, x.centred_sum, y.centred_sum),
+                            (alone.inverse_sums && alone.order, x.rank_sum, y.rank_sum),
+                        ];
+                        for (_, u, v) in pairs.into_iter().filter(|p| p.0) {
+                            let same = u.to_bits() == v.to_bits() || (u.is_nan() && v.is_nan());
+                            assert!(same, "{name}, {metric:?} alone, concept {j}: {u} vs {v}");
+                        }
+                    }
+                }
+                out.push((name, all));
                 let Some(rows_as_labels) = pset.rows_as_labels() else {
                     continue;
                 };
