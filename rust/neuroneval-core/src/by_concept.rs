@@ -102,7 +102,16 @@ pub fn inverse_by_concept(
             // binary concepts: each product term a * 1 is the label sum's own term a, added in
             // the same order, so the label sums are the raw products
             let raw_given = products.is_some_and(|r| r.values_are_one);
-            let mut sums = products.map(|_| SparseProducts::new(t, raw_given));
+            // binary concepts' rank terms come from the labels (one rank per concept), so the
+            // pass reads no rows; other concepts' products read their rows entry by entry
+            let label_ranks = raw_given && needs.rank_products && !set.columns.is_empty();
+            let mut sums = products.map(|_| {
+                if raw_given {
+                    SparseProducts::of_binary_labels(set)
+                } else {
+                    SparseProducts::new(t, false)
+                }
+            });
             let mut pass = EntriesPass {
                 unit,
                 sp,
@@ -114,11 +123,13 @@ pub fn inverse_by_concept(
                 filled: &mut *filled,
                 products: sums.as_mut().zip(products).map(|(s, r)| (s, r, needs)),
             };
-            match (needs.order, ap) {
-                (true, true) => pass.run::<true, true>(),
-                (true, false) => pass.run::<true, false>(),
-                (false, true) => pass.run::<false, true>(),
-                (false, false) => pass.run::<false, false>(),
+            match (needs.order, ap, label_ranks) {
+                (true, true, true) => pass.run::<true, true, true>(),
+                (true, true, false) => pass.run::<true, true, false>(),
+                (true, false, true) => pass.run::<true, false, true>(),
+                (true, false, false) => pass.run::<true, false, false>(),
+                (false, true, _) => pass.run::<false, true, false>(),
+                (false, false, _) => pass.run::<false, false, false>(),
             }
             if ap {
                 for ((k, &end), &start) in in_entries.iter_mut().zip(filled.iter()).zip(&*starts) {
@@ -184,9 +195,11 @@ struct EntriesPass<'a> {
 }
 
 impl EntriesPass<'_> {
-    /// The pass with the midranks (`ORDER`) and the AP's group ends (`AP`; without it the
-    /// labels are counted) fixed at compile time: no test of either per label.
-    fn run<const ORDER: bool, const AP: bool>(&mut self) {
+    /// The pass with the midranks (`ORDER`), the AP's group ends (`AP`; without it the
+    /// labels are counted) and binary concepts' rank terms label by label (`LABEL_RANKS`, with
+    /// the midranks and [`SparseProducts::of_binary_labels`]; else the products read their
+    /// rows entry by entry) fixed at compile time: no test of any per label.
+    fn run<const ORDER: bool, const AP: bool, const LABEL_RANKS: bool>(&mut self) {
         let (unit, sp, labels) = (self.unit, self.sp, self.labels);
         for (e, &i) in sp.rows.iter().enumerate() {
             // the entries' label offsets are read in steps of about N / nnz: fetch ahead
@@ -201,6 +214,11 @@ impl EntriesPass<'_> {
                 0.0
             };
             let g = if AP { sp.at_least[e] } else { 0 };
+            let w = if LABEL_RANKS {
+                sp.centred_rank[e] - sp.zero_centred_rank
+            } else {
+                0.0
+            };
             let entries = labels.ptr[i]..labels.ptr[i + 1];
             for &c in &labels.concept[entries.clone()] {
                 let o = &mut self.out[c as usize];
@@ -211,8 +229,11 @@ impl EntriesPass<'_> {
                 } else {
                     self.in_entries[c as usize] += 1;
                 }
+                if let Some((sums, _, _)) = self.products.as_mut().filter(|_| LABEL_RANKS) {
+                    sums.add_label_rank(c, w);
+                }
             }
-            if let Some((sums, rows, needs)) = &mut self.products {
+            if let Some((sums, rows, needs)) = self.products.as_mut().filter(|_| !LABEL_RANKS) {
                 // the labels' own entries (the same offsets)
                 sums.add(unit, sp, e, entries, rows, needs);
             }

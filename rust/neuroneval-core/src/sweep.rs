@@ -512,6 +512,9 @@ pub(crate) struct SparseProducts {
     rank_cov: Vec<f64>,
     /// The raw sums are given at the end ([`SparseProducts::set_raw`]), not added.
     raw_given: bool,
+    /// With binary concepts whose rows are their labels, each concept's rank above zero:
+    /// the value every one of its rows holds ([`SparseProducts::add_label_rank`]).
+    label_rank: Vec<f64>,
 }
 
 impl SparseProducts {
@@ -520,7 +523,32 @@ impl SparseProducts {
             raw: vec![0.0; t],
             rank_cov: vec![0.0; t],
             raw_given,
+            label_rank: Vec::new(),
         }
+    }
+
+    /// The sums of a pass over the labels of binary concepts whose rows are their labels
+    /// ([`ConceptSet::rows_as_labels`] with every value 1): the raw sums are the label sums
+    /// ([`SparseProducts::set_raw`]) and the rank terms come label by label
+    /// ([`SparseProducts::add_label_rank`]).
+    pub(crate) fn of_binary_labels(set: &ConceptSet) -> SparseProducts {
+        let mut sums = SparseProducts::new(set.len(), true);
+        // a column of ones has one midrank: its rows' `rank_above_zero` is this same difference
+        sums.label_rank = set
+            .columns
+            .iter()
+            .map(|col| col.nz_rank.first().map_or(0.0, |&r| r - col.zero_rank))
+            .collect();
+        sums
+    }
+
+    /// [`SparseProducts::add`]'s rank term of one label of concept `c` of an entry with
+    /// centred rank above the zero group `w`, from the concept's one rank (binary concepts,
+    /// [`SparseProducts::of_binary_labels`]): the same term, added in the same order, as
+    /// `add` reads from the rows, without reading the rows.
+    #[inline(always)]
+    pub(crate) fn add_label_rank(&mut self, c: u32, w: f64) {
+        self.rank_cov[c as usize] += w * self.label_rank[c as usize];
     }
 
     /// The raw sums, from a pass that added the same terms in the same order (the label
