@@ -583,6 +583,32 @@ def test_ctrl_c_that_an_import_turns_into_an_import_error_is_exit_130() -> None:
     assert child.returncode == 1 and "ImportError: a broken install" in child.stderr
 
 
+_INTERRUPTED_CALLBACK = """
+import os, signal, sys, time, weakref
+
+class Interrupted:
+    def find_spec(self, name, path=None, target=None):
+        if name == "neuroneval.cli.app":
+            # Ctrl-C inside a weakref callback (as an import's module lock runs one): Python
+            # prints it as an ignored exception and goes on
+            thing = type("Thing", (), {})()
+            ref = weakref.ref(thing, lambda _: (os.kill(os.getpid(), signal.SIGINT), time.sleep(1)))
+            del thing
+        return None
+
+sys.meta_path.insert(0, Interrupted())
+from neuroneval.cli import main
+sys.exit(main(["--version"]))
+"""
+
+
+def test_ctrl_c_that_python_ignores_in_a_callback_is_still_exit_130() -> None:
+    """Ctrl-C that lands in a weakref callback during the command's imports (Python reports it
+    as an "Exception ignored" and runs on) stops the command: one line and exit 130."""
+    child = subprocess.run([sys.executable, "-c", _INTERRUPTED_CALLBACK], capture_output=True, text=True, timeout=60)
+    assert (child.returncode, child.stderr) == (130, "neuroneval: interrupted\n")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("delay", [0.05, 0.2, 0.4, 0.8, 1.5])
 def test_ctrl_c_in_a_commands_first_instant_is_one_line_and_exit_130(tmp_path: Path, delay: float) -> None:

@@ -191,11 +191,24 @@ def _interrupted() -> int:
 
 def _watch_interrupts() -> tuple[Callable[[], bool], Callable[[], None]]:
     """Records Ctrl-C (SIGINT) until the returned restore is called, still raising
-    KeyboardInterrupt as Python's own handler does; returns (whether one came, restore)."""
+    KeyboardInterrupt as Python's own handler does; returns (whether one came, restore).
+
+    A KeyboardInterrupt raised where Python cannot raise it (a weakref callback, such as an
+    import's module lock runs) would be printed as "Exception ignored" and lost, the command
+    running on: it is not printed, and a second thread interrupts the main thread again once
+    the hook has returned (an interrupt raised inside the hook would be ignored in turn)."""
+    import _thread
     import signal
 
     seen: list[bool] = []
     previous = signal.getsignal(signal.SIGINT)
+    previous_hook = sys.unraisablehook
+
+    def reraise(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            _thread.start_new_thread(_thread.interrupt_main, ())
+        else:
+            previous_hook(unraisable)
 
     def record(signum: int, frame: Any) -> None:
         seen.append(True)
@@ -207,9 +220,12 @@ def _watch_interrupts() -> tuple[Callable[[], bool], Callable[[], None]]:
     def restore() -> None:
         if signal.getsignal(signal.SIGINT) is record:
             signal.signal(signal.SIGINT, previous)
+        if sys.unraisablehook is reraise:
+            sys.unraisablehook = previous_hook
 
     try:
         signal.signal(signal.SIGINT, record)
     except ValueError:  # not the main thread: signals are not ours to watch
         return (lambda: False), (lambda: None)
+    sys.unraisablehook = reraise
     return (lambda: bool(seen)), restore
