@@ -104,7 +104,7 @@ pub fn inverse_by_concept(
             let raw_given = products.is_some_and(|r| r.values_are_one);
             // binary concepts' rank terms come from the labels (one rank per concept), so the
             // pass reads no rows; other concepts' products read their rows entry by entry
-            let label_ranks = raw_given && needs.rank_products && !set.columns.is_empty();
+            let label_ranks = raw_given && needs.rank_products;
             let mut sums = products.map(|_| {
                 if raw_given {
                     SparseProducts::of_binary_labels(set)
@@ -123,6 +123,7 @@ pub fn inverse_by_concept(
                 filled: &mut *filled,
                 products: sums.as_mut().zip(products).map(|(s, r)| (s, r, needs)),
             };
+            // (rank products without the midranks cannot come about; they would read the rows)
             match (needs.order, ap, label_ranks) {
                 (true, true, true) => pass.run::<true, true, true>(),
                 (true, true, false) => pass.run::<true, true, false>(),
