@@ -232,12 +232,28 @@ def _read_sanity(directory: Path) -> pl.DataFrame | None:
 SEQUENTIAL_SUFFIX = ", sequential"
 
 
+#: The columns of crowd/rce.csv and rce-sequential.csv and their types (each file holds some).
+_RCE_SCHEMA = {
+    "sampling": pl.String,
+    "aggregation": pl.String,
+    "raters": pl.Int64,
+    "budget": pl.Float64,
+    "rce": pl.Float64,
+    "rce_se": pl.Float64,
+    "ratings": pl.Float64,
+}
+
+
 def _read_crowd(directory: Path, target: float | None) -> Crowd | None:
     """crowd/, or None without rce.csv; with rce-sequential.csv (a simulation of sequential
     rating), the ratings spent of both."""
-    crowd = _read_fixed_crowd(directory, target)
+    fixed_path = directory / "crowd" / "rce.csv"
+    if not fixed_path.is_file():
+        return None
+    fixed = _read_csv(fixed_path, _RCE_SCHEMA)
+    crowd = _read_fixed_crowd(directory, fixed_path, fixed, target)
     path = directory / "crowd" / "rce-sequential.csv"
-    if crowd is None or not path.is_file():
+    if not path.is_file():
         return crowd
     from neuroneval.crowd import best_raters, configuration_name
 
@@ -248,10 +264,8 @@ def _read_crowd(directory: Path, target: float | None) -> Crowd | None:
         names = [f"{configuration_name(s, a)}{suffix}" for s, a in table.select("sampling", "aggregation").iter_rows()]
         return table.with_columns(pl.Series("name", names, dtype=pl.String))
 
-    for table_path, suffix in ((directory / "crowd" / "rce.csv", ""), (path, SEQUENTIAL_SUFFIX)):
-        schema = {"sampling": pl.String, "aggregation": pl.String, "raters": pl.Int64, "budget": pl.Float64}
-        table = _read_csv(table_path, {**schema, "rce": pl.Float64, "rce_se": pl.Float64, "ratings": pl.Float64})
-        missing = [c for c in (*schema, "rce", "rce_se", "ratings") if c not in table.columns]
+    for table_path, table, suffix in ((fixed_path, fixed, ""), (path, _read_csv(path, _RCE_SCHEMA), SEQUENTIAL_SUFFIX)):
+        missing = [c for c in _RCE_SCHEMA if c not in table.columns]
         if missing:
             raise SourceError(f"{table_path} lacks the columns {', '.join(missing)} (of crowd.Simulation.rce)")
         best = best_raters(table, goal)
@@ -262,14 +276,9 @@ def _read_crowd(directory: Path, target: float | None) -> Crowd | None:
     return replace(crowd, spent=spent, sequential_needed=sequential)
 
 
-def _read_fixed_crowd(directory: Path, target: float | None) -> Crowd | None:
-    """rce.csv and needed.csv of crowd/, or None without rce.csv."""
-    path = directory / "crowd" / "rce.csv"
-    if not path.is_file():
-        return None
-    schema = {"sampling": pl.String, "aggregation": pl.String, "budget": pl.Float64, "rce": pl.Float64}
-    rce = _read_csv(path, {**schema, "rce_se": pl.Float64})
-    missing = [c for c in schema if c not in rce.columns]
+def _read_fixed_crowd(directory: Path, path: Path, rce: pl.DataFrame, target: float | None) -> Crowd:
+    """The crowd of `rce` (crowd/rce.csv, read from `path`) and crowd/needed.csv."""
+    missing = [c for c in ("sampling", "aggregation", "budget", "rce") if c not in rce.columns]
     if missing:
         raise SourceError(f"{path} lacks the columns {', '.join(missing)}")
     if "rce_se" not in rce.columns:
