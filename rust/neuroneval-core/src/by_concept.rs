@@ -106,10 +106,10 @@ pub fn inverse_by_concept(
             // pass reads no rows; other concepts' products read their rows entry by entry
             let label_ranks = raw_given && needs.rank_products;
             let mut sums = products.map(|_| {
-                if raw_given {
+                if label_ranks {
                     SparseProducts::of_binary_labels(set)
                 } else {
-                    SparseProducts::new(t, false)
+                    SparseProducts::new(t, raw_given)
                 }
             });
             let mut pass = EntriesPass {
@@ -216,7 +216,7 @@ impl EntriesPass<'_> {
             };
             let g = if AP { sp.at_least[e] } else { 0 };
             let w = if LABEL_RANKS {
-                sp.centred_rank[e] - sp.zero_centred_rank
+                SparseProducts::rank_weight(sp, e)
             } else {
                 0.0
             };

@@ -542,6 +542,13 @@ impl SparseProducts {
         sums
     }
 
+    /// The rank terms' weight of entry `e`: its centred rank less the zero group's (whose
+    /// own terms [`SparseProducts::finish`] adds in closed form).
+    #[inline(always)]
+    pub(crate) fn rank_weight(sp: &SparseEntries, e: usize) -> f64 {
+        sp.centred_rank[e] - sp.zero_centred_rank
+    }
+
     /// [`SparseProducts::add`]'s rank term of one label of concept `c` of an entry with
     /// centred rank above the zero group `w`, from the concept's one rank (binary concepts,
     /// [`SparseProducts::of_binary_labels`]): the same term, added in the same order, as
@@ -578,7 +585,7 @@ impl SparseProducts {
             }
         }
         if needs.rank_products {
-            let w = sp.centred_rank[e] - sp.zero_centred_rank;
+            let w = SparseProducts::rank_weight(sp, e);
             for j in entries {
                 self.rank_cov[rows.concept[j] as usize] += w * rows.rank_above_zero[j];
             }
