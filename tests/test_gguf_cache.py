@@ -5,7 +5,10 @@ an empty ``NEURONEVAL_MODEL_CACHE`` turns the cache off."""
 
 from __future__ import annotations
 
+import threading
+import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -83,8 +86,36 @@ def test_the_cached_model_equals_the_gguf_reading(
     second = gguf.load_gguf(gguf_file)  # from the folder: the file is not read again
     assert calls == [gguf_file] and second[1] is not reference[1]
     assert_same(second, reference)
-    # nothing but the folder is left in the cache (no partial folder)
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == [folder.name]
+    # nothing but the folder and its lock file is left in the cache (no partial folder)
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted([folder.name, f".{folder.name}.lock"])
+
+
+def test_two_conversions_at_once_read_the_file_once(
+    gguf_file: Path, reference: tuple[Any, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two loads of an unconverted file at the same moment (threads here; the lock is a file lock,
+    so processes alike): one converts while the other waits, then reads the folder."""
+    monkeypatch.setenv("NEURONEVAL_MODEL_CACHE", str(tmp_path / "cache"))
+    calls: list[Path] = []
+
+    def slow_read(path: Path) -> tuple[Any, Any]:
+        calls.append(path)
+        time.sleep(0.5)  # the other load arrives while this one converts
+        return reference
+
+    monkeypatch.setattr(gguf, "_read_gguf", slow_read)
+    start = threading.Barrier(2)
+
+    def load() -> tuple[Any, Any]:
+        start.wait()
+        return gguf.load_gguf(gguf_file)
+
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda _: load(), range(2)))
+    assert calls == [gguf_file]
+    converted, read_back = sorted(got, key=lambda g: g[1] is not reference[1])
+    assert converted[1] is reference[1] and read_back[1] is not reference[1]
+    assert_same(read_back, reference)
 
 
 def test_a_damaged_folder_is_converted_again(

@@ -9,11 +9,12 @@ gets its own folder. The tensors are the ones the GGUF reading gives, saved as t
 loaded from the folder equals the one read from the file, parameter for parameter.
 
 The folder is written under a temporary name and renamed into place when complete, so a
-folder under its final name is always whole; two processes converting at once each finish and
-one folder is kept. A folder that cannot be read (a damaged file) is converted again; a cache
-that cannot be written (no space, no permission) leaves the model read from the file, with a
-warning. ``NEURONEVAL_MODEL_CACHE`` names the cache's folder; set to an empty string it turns
-the cache off.
+folder under its final name is always whole. A process converting holds a lock file beside the
+folder: another one converting the same file at the same time waits, then reads the folder
+(without POSIX locks each converts, and one folder is kept). A folder that cannot be read (a
+damaged file) is converted again; a cache that cannot be written (no space, no permission)
+leaves the model read from the file, with a warning. ``NEURONEVAL_MODEL_CACHE`` names the
+cache's folder; set to an empty string it turns the cache off.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +111,45 @@ def _write_folder(folder: Path, tokenizer: Any, model: Any) -> None:
         shutil.rmtree(partial, ignore_errors=True)
 
 
+def _read_cached(folder: Path, path: Path) -> tuple[Any, Any] | None:
+    """The model from its complete `folder`; None when there is none or it cannot be read (then
+    removed, with a warning, to be converted again)."""
+    if not (folder / _DONE).is_file():
+        return None
+    try:
+        tokenizer, model = _read_folder(folder)
+        return tokenizer, model.eval()
+    except Exception as e:  # a damaged folder (safetensors raises its own error type): convert again
+        warnings.warn(f"the model cache's {folder} cannot be read ({e}); converting {path.name} again", stacklevel=3)
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+
+
+@contextlib.contextmanager
+def _converting(folder: Path) -> Iterator[None]:
+    """An exclusive lock on `folder`'s lock file while this process converts, so that a process
+    converting the same file at the same time waits and then reads the folder rather than
+    converting it too. Where no lock can be taken (no POSIX locks, a cache that cannot be
+    written), each process converts on its own, as the atomic rename allows."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(folder.parent / f".{folder.name}.lock", "ab")  # noqa: SIM115 (closed below)
+    except OSError:
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def load_gguf(path: str | os.PathLike[str]) -> tuple[Any, Any]:
     """The tokenizer and float32 model (eval mode) that transformers reads from the GGUF file
     `path`, from the model cache when converted before (see the module).
@@ -120,17 +161,17 @@ def load_gguf(path: str | os.PathLike[str]) -> tuple[Any, Any]:
     """
     path = Path(path)
     folder = gguf_folder(path)
-    if folder is not None and (folder / _DONE).is_file():
-        try:
-            tokenizer, model = _read_folder(folder)
-            return tokenizer, model.eval()
-        except Exception as e:  # a damaged folder (safetensors raises its own error type): convert again
-            warnings.warn(
-                f"the model cache's {folder} cannot be read ({e}); converting {path.name} again", stacklevel=2
-            )
-            shutil.rmtree(folder, ignore_errors=True)
-    tokenizer, model = _read_gguf(path)
-    if folder is not None:
+    if folder is None:
+        tokenizer, model = _read_gguf(path)
+        return tokenizer, model.eval()
+    found = _read_cached(folder, path)
+    if found is not None:
+        return found
+    with _converting(folder):
+        found = _read_cached(folder, path)  # converted by another process while this one waited
+        if found is not None:
+            return found
+        tokenizer, model = _read_gguf(path)
         try:
             _write_folder(folder, tokenizer, model)
         except OSError as e:
