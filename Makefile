@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test check lint lint-fast lint-rust lint-python stubtest rust-test py-test py-test-fast bench build clean browser
+.PHONY: demo test check lint lint-fast stubtest rust-test py-test py-test-fast bench build clean browser
 
 # The virtual environment with every dependency (torch included, installed once).
 $(STAMP): pyproject.toml
@@ -34,18 +34,13 @@ build: $(CORE_LIB)
 demo: build
 	@$(PY) -m neuroneval demo
 
-# Formatting and clippy: no environment needed, so under `make -j2` they run while it is built.
-lint-rust:
+# Formatting, clippy, ruff and mypy (incremental: a second run checks only what changed).
+lint-fast: $(STAMP)
 	cargo fmt --all --check
 	cargo clippy --all-targets --release -- -D warnings
-
-# ruff and mypy (incremental: a second run checks only what changed).
-lint-python: $(STAMP)
 	$(VENV)/bin/ruff check python tests benches
 	$(VENV)/bin/ruff format --check python tests benches
 	$(VENV)/bin/mypy
-
-lint-fast: lint-rust lint-python
 
 # The extension's hand-written stubs checked against the extension as built (stubtest keeps no
 # cache: it re-checks numpy each time, about as long as a fresh mypy run).
@@ -81,9 +76,8 @@ py-test-fast: build
 	$(PYTEST) -m "not slow"
 
 # The linters and cargo test run side by side (each is mostly one process: mypy, stubtest and the
-# core crate's test build take a CPU each), their output kept together per target; then pytest.
-# The environment's build starts at once, and clippy then cargo test take the other CPU meanwhile
-# (the build installs packages on one CPU for most of its time).
+# core crate's test build take a CPU each; the environment is built first), their output kept
+# together per target; then pytest.
 test:
 	@$(MAKE) --no-print-directory -j2 --output-sync=target lint rust-test
 	@$(MAKE) --no-print-directory py-test
