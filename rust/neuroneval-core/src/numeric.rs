@@ -112,9 +112,9 @@ pub fn widen_with_sum_and_max_abs<E: Element>(column: &[E], out: &mut [f64]) -> 
         out.len(),
         "a copy's two slices differ in length"
     );
-    let whole = column.len() - column.len() % 8;
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx512() {
+        let whole = column.len() - column.len() % 8;
         let lanes = if let Some(column) = E::as_f32(column) {
             // SAFETY: the CPU has AVX-512F (checked above).
             unsafe { avx512::widen_sum_and_max_abs_lanes_f32(&column[..whole], &mut out[..whole]) }
@@ -129,7 +129,8 @@ pub fn widen_with_sum_and_max_abs<E: Element>(column: &[E], out: &mut [f64]) -> 
         }
         return Some(finish_sum_and_max_abs(lanes, &out[whole..]));
     }
-    let _ = (whole, out);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = out; // only the AVX-512 lanes widen and sum in one pass
     None
 }
 
