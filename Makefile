@@ -65,7 +65,9 @@ browser:
 	} || echo "could not install chromium: the browser test will be skipped"
 
 # One worker per CPU; each test file runs whole in one worker, so a module's model loads once.
-PYTEST := $(PY) -m pytest -q python/neuroneval tests benches --benchmark-disable -n auto --dist loadfile
+# OpenMP threads that wait sleep rather than spin: two workers' torch threads share two CPUs, and
+# spinning ones took a fifth of the CPU of the torch-heavy files (measured on two of them).
+PYTEST := OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -q python/neuroneval tests benches --benchmark-disable -n auto --dist loadfile
 
 # Every test (the slow ones included): what CI runs.
 py-test: build browser
