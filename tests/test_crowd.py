@@ -1078,3 +1078,24 @@ def test_plot_writes_a_png(tmp_path: Any) -> None:
     with pytest.raises(errors.OutputError, match="does not exist"):
         sim.plot(tmp_path / "missing" / "rce.png")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rce.png"]
+
+
+def test_budget_sums_equal_running_sums_read_at_each_budget() -> None:
+    """The simulation's sums over each trial's draws within each budget (`_budget_sums`) against a
+    running sum over every draw read at the budgets, and the outer-product sums against the
+    draws' outer products summed the same way: budgets that repeat, that take one draw (index 0),
+    and that take every draw."""
+    from neuroneval.crowd.simulation import _budget_sums
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(4, 300, 3)) * np.array([1.0, 1e3, 1e-3])
+    at = np.sort(rng.integers(0, 300, size=(4, 6)), axis=1)
+    at[0, :3] = 0
+    at[1, 2:5] = at[1, 2]
+    at[2, -1] = 299
+    at[3] = 299
+    running = np.take_along_axis(np.cumsum(x, axis=1), at[..., None].repeat(3, axis=-1), axis=1)
+    assert_allclose(_budget_sums(x, at), running, rtol=1e-12, atol=1e-9)
+    outer = np.cumsum(x[..., :, None] * x[..., None, :], axis=1)
+    read = np.take_along_axis(outer, np.broadcast_to(at[..., None, None], (*at.shape, 3, 3)), axis=1)
+    assert_allclose(_budget_sums(x, at, outer=True), read, rtol=1e-12, atol=1e-6)

@@ -621,11 +621,6 @@ def _simulate_pair(
     rule = (prior_items, values["confidence"], m) if sequential else None
     estimates: dict[str, tuple[Array, Array]] = {}
 
-    def prefix(x: Array) -> Array:
-        """The sums of `x` (trials, n_max, ...) over each trial's draws within each budget."""
-        index = at.reshape(at.shape + (1,) * (x.ndim - 2))
-        return np.take_along_axis(np.cumsum(x, axis=1), np.broadcast_to(index, at.shape + x.shape[2:]), axis=1)
-
     def estimated(method: str) -> tuple[Array, Array]:
         """The estimate and delta-method SE at every budget, once per aggregation."""
         if method not in estimates:
@@ -633,8 +628,8 @@ def _simulate_pair(
             c = _item_labels(method, positive, votes, eta, prior_items, rule)[inverse].reshape(trials, n_max)
             terms = _terms(w, ab, c, debiased)  # (trials, n_max, d)
             with np.errstate(invalid="ignore", divide="ignore"):
-                mean = prefix(terms) / nn[..., None]
-                cross = prefix(terms[..., :, None] * terms[..., None, :])
+                mean = _budget_sums(terms, at) / nn[..., None]
+                cross = _budget_sums(terms, at, outer=True)
                 cov = (cross - nn[..., None, None] * mean[..., :, None] * mean[..., None, :]) / (
                     nn[..., None, None] - 1.0
                 )
@@ -663,6 +658,24 @@ def _simulate_pair(
         result["covered"][:, :, pi] = np.abs(estimate_ - rho) <= half  # NaN compares False
         result["ratings"] += used.mean(axis=0)
         result["draws"] += count.sum(axis=0)
+
+
+def _budget_sums(x: Array, at: npt.NDArray[np.int64], *, outer: bool = False) -> Array:
+    """Per trial and budget, the sum of `x`'s draws 0..`at` (x: (trials, n_max, d); `at`:
+    (trials, budgets)), or with `outer` of each draw's outer product x_k x_k^T, (trials,
+    budgets, d, d). Each budget's sum is taken over its own draws from the first, so that it
+    does not depend on which other budgets are asked for (a budget of a grid equals that budget
+    alone, bit for bit), without a running sum over every draw or the outer products in memory."""
+    trials, _, d = x.shape
+    out = np.empty((trials, at.shape[1], *((d, d) if outer else (d,))))
+    for r in range(trials):
+        ends, which = np.unique(at[r] + 1, return_inverse=True)
+        if outer:
+            sums = [np.einsum("kd,ke->de", x[r, :e], x[r, :e]) for e in ends]
+        else:
+            sums = [x[r, :e].sum(axis=0) for e in ends]
+        out[r] = np.stack(sums)[which]
+    return out
 
 
 def _sequential_votes(
