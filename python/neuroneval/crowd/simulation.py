@@ -584,7 +584,7 @@ def _simulate_pair(
     rng: np.random.Generator,
 ) -> None:
     """One pair's trials at one (sampling, raters per input), every budget and aggregation at once:
-    the draws and votes of the largest budget, prefix sums of the estimators' terms for the others."""
+    the draws and votes of the largest budget, the estimators' terms summed over each budget's first draws."""
     a, y, chat, rho = data.a[:, k], data.y[:, t], data.chat[:, t], data.rho[pi]
     trials, eta, prior = values["trials"], values["eta"], values["prior"]
     sequential = values["rating"] == "sequential"
