@@ -66,7 +66,7 @@ browser:
 
 # One worker per CPU; each test file runs whole in one worker, so a module's model loads once.
 # OpenMP threads that wait sleep rather than spin: two workers' torch threads share two CPUs, and
-# spinning ones took a fifth of the CPU of the torch-heavy files (measured on two of them).
+# spinning ones took a fifth to a quarter of the CPU of two torch-heavy files run side by side.
 PYTEST := OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -q python/neuroneval tests benches --benchmark-disable -n auto --dist loadfile
 
 # Every test (the slow ones included): what CI runs.
