@@ -61,13 +61,14 @@ def assert_same(got: tuple[Any, Any], want: tuple[Any, Any]) -> None:
         assert torch.equal(model(ids).logits, ref_model(ids).logits)
 
 
-def counting_reads(monkeypatch: pytest.MonkeyPatch, reference: tuple[Any, Any]) -> list[Path]:
+def counting_reads(monkeypatch: pytest.MonkeyPatch, reference: tuple[Any, Any], delay: float = 0.0) -> list[Path]:
     """`_read_gguf` answered from the module's reference reading (a second reading of the file would
-    take 20 s), recording each call."""
+    take 20 s) after `delay` seconds, recording each call."""
     calls: list[Path] = []
 
     def read(path: Path) -> tuple[Any, Any]:
         calls.append(path)
+        time.sleep(delay)
         return reference
 
     monkeypatch.setattr(gguf, "_read_gguf", read)
@@ -96,14 +97,7 @@ def test_two_conversions_at_once_read_the_file_once(
     """Two loads of an unconverted file at the same moment (threads here; the lock is a file lock,
     so processes alike): one converts while the other waits, then reads the folder."""
     monkeypatch.setenv("NEURONEVAL_MODEL_CACHE", str(tmp_path / "cache"))
-    calls: list[Path] = []
-
-    def slow_read(path: Path) -> tuple[Any, Any]:
-        calls.append(path)
-        time.sleep(0.5)  # the other load arrives while this one converts
-        return reference
-
-    monkeypatch.setattr(gguf, "_read_gguf", slow_read)
+    calls = counting_reads(monkeypatch, reference, delay=0.5)  # the other load arrives while this one converts
     start = threading.Barrier(2)
 
     def load() -> tuple[Any, Any]:
