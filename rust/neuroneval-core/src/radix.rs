@@ -463,7 +463,11 @@ mod avx512 {
             min: _mm512_reduce_min_epu64(min) as u32,
             max: _mm512_reduce_max_epu64(max) as u32,
         };
-        for (i, (&v, out)) in values[whole..].iter().zip(&mut packed[whole..n]).enumerate() {
+        for (i, (&v, out)) in values[whole..]
+            .iter()
+            .zip(&mut packed[whole..n])
+            .enumerate()
+        {
             let k = descending_key_f32(v as f32);
             facts.varying |= k ^ first;
             facts.exact &= (v as f32) as f64 == v;
