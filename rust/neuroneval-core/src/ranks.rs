@@ -355,7 +355,16 @@ pub fn ap_from_group_sizes(at_least: &mut [u32], n_pos: usize) -> f64 {
 /// pair kernel and the sweeps (which compute it once per tie group) agree bit for bit.
 #[inline(always)]
 pub fn group_weight(at_least: usize) -> f64 {
-    1.0 / at_least as f64
+    1.0 / exact_f64(at_least)
+}
+
+/// A count or position as a float: exact below 2^53, as `x as f64`, in one instruction
+/// (from usize the conversion is a sequence that handles values past 2^63; from i64 it is
+/// one, and counts stay far below 2^63).
+#[inline(always)]
+pub fn exact_f64(x: usize) -> f64 {
+    debug_assert!(x < 1 << 53);
+    x as i64 as f64
 }
 
 /// As [`ap_from_group_sizes`], with `tail_count` more positives at threshold size `tail_at`,
@@ -375,8 +384,8 @@ pub fn ap_of_sorted(at_least: &[u32], extra_at: usize, extra_count: usize, n_pos
     let mut tp = 0.0;
     let mut extra = (extra_count > 0).then_some((extra_at, extra_count));
     let mut add = |cnt: usize, g: usize, ap: &mut f64| {
-        tp += cnt as f64;
-        *ap += cnt as f64 * tp * group_weight(g);
+        tp += exact_f64(cnt);
+        *ap += exact_f64(cnt) * tp * group_weight(g);
     };
     let mut j = 0;
     while j < at_least.len() {
