@@ -7,8 +7,9 @@ use rayon::prelude::*;
 
 use crate::concepts::{ConceptSet, RowIndex};
 use crate::error::{CoreError, Result};
+use crate::matrix::{append_counted_nonzeros, count_nonzeros};
 use crate::metric::{Metric, Needs, Params};
-use crate::numeric::{compact_nonzeros, resize_for_overwrite};
+use crate::numeric::resize_for_overwrite;
 use crate::pair::{ForwardSums, InverseSums, PairKernel, Precomputed, Products};
 use crate::radix::SortScratch;
 use crate::ranks::RankOutputs;
@@ -451,9 +452,12 @@ impl Workspace {
         block.columns_into(block.units, columns);
         let mut dense = 0;
         for (b, a) in columns.chunks(n).enumerate() {
-            // (the entries first, counted after: one pass, not a count and then a copy)
-            compact_nonzeros(a, rows, values);
-            let built = sparse_enough(rows.len(), n) && {
+            // counted first (one vectorised read), so that a dense unit is not copied
+            let nnz = count_nonzeros(a);
+            let built = sparse_enough(nnz, n) && {
+                rows.clear();
+                values.clear();
+                append_counted_nonzeros(a, nnz, 0, rows, values);
                 let entries = UnitEntries { n, rows, values };
                 profiles[b].rebuild_sparse(entries, block.unit(b), spec, sort)
             };

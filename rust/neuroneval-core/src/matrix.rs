@@ -230,7 +230,7 @@ impl<'a, E: Element> MatrixView<'a, E> {
 
 /// The number of values != 0 (NaN included) of a column, by AVX-512 for float32 and float64
 /// where the CPU has it.
-fn count_nonzeros<E: Element>(column: &[E]) -> usize {
+pub(crate) fn count_nonzeros<E: Element>(column: &[E]) -> usize {
     #[cfg(target_arch = "x86_64")]
     {
         if avx512::available() {
@@ -646,11 +646,21 @@ fn nonzeros_into_at<E: Element>(
 /// Appends the nonzero entries (NaN included) of one contiguous column to `index` (as
 /// `row + row_offset`) and `value`, rows ascending.
 fn column_nonzeros<E: Element>(column: &[E], row_offset: usize, index: &mut Vec<u32>, value: &mut Vec<f64>) {
-    // Counted first, then compacted without a branch per value (a concept's
-    // nonzeros fall at random rows): 16 values at a time by AVX-512 compress where
-    // the CPU has it, else one at a time with runs of 16 zeros skipped. The slack
-    // takes the writes past the last nonzero.
-    let nnz = count_nonzeros(column);
+    append_counted_nonzeros(column, count_nonzeros(column), row_offset, index, value);
+}
+
+/// [`column_nonzeros`] of a column whose nonzeros (NaN included) are already counted
+/// (`nnz`, by [`count_nonzeros`]).
+pub(crate) fn append_counted_nonzeros<E: Element>(
+    column: &[E],
+    nnz: usize,
+    row_offset: usize,
+    index: &mut Vec<u32>,
+    value: &mut Vec<f64>,
+) {
+    // Compacted without a branch per value (a concept's nonzeros fall at random rows): 16
+    // values at a time by AVX-512 compress where the CPU has it, else one at a time with
+    // runs of 16 zeros skipped. The slack takes the writes past the last nonzero.
     let start = index.len();
     index.resize(start + nnz + COMPACT_SLACK, 0);
     value.resize(start + nnz + COMPACT_SLACK, 0.0);

@@ -515,34 +515,6 @@ pub(crate) fn resize_for_overwrite<T: Copy + Default>(v: &mut Vec<T>, n: usize) 
     }
 }
 
-/// Replaces `rows` and `values` with the entries of `values_in` other than 0 (inputs
-/// ascending), without a branch per value: every value is written at the end of the output,
-/// which only grows past a value that is not 0 (a branch per value would miss whenever zeros
-/// and nonzeros interleave at random, as in ReLU units).
-pub(crate) fn compact_nonzeros(values_in: &[f64], rows: &mut Vec<u32>, values: &mut Vec<f64>) {
-    let n = values_in.len();
-    rows.clear();
-    values.clear();
-    rows.reserve(n);
-    values.reserve(n);
-    let (row_out, value_out) = (rows.as_mut_ptr(), values.as_mut_ptr());
-    let mut k = 0;
-    for (i, &v) in values_in.iter().enumerate() {
-        // SAFETY: k <= i < n, within the capacity of both outputs (reserved above); only the
-        // first k, all written, become their length.
-        unsafe {
-            row_out.add(k).write(i as u32);
-            value_out.add(k).write(v);
-        }
-        k += (v != 0.0) as usize;
-    }
-    // SAFETY: elements 0..k were written above (each slot before k was written when k passed it).
-    unsafe {
-        rows.set_len(k);
-        values.set_len(k);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
