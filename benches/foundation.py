@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
         f"**spearman's floor**: numpy sorts every unit's packed order keys on two threads in "
         f"{floor_sort:.3g} s; neuroneval's correlation (the same product, no ranking) takes "
         f"{floor_product:.3g} s; together {floor:.3g} s = {floor / matmul['float32']:.2f} x the float32 "
-        f"matmul. Spearman, measured right after: {spearman:.3g} s = **{spearman / floor:.2f} x this floor** "
+        f"matmul. Spearman, in the same rounds: {spearman:.3g} s = **{spearman / floor:.2f} x this floor** "
         f"(target: at most 1.2 x).  "
     )
     print(
