@@ -364,8 +364,8 @@ struct KeyFacts {
 /// Writes each value's float32 [`descending_key_f32`] in the high half of `packed` (as long as
 /// `values`) and its index in the low half, noting the keys' varying bits, extremes and
 /// whether every value is an exact float32: with AVX-512 intrinsics where the CPU has them
-/// (the compiler's vectorisation of the portable loop stores the items by scatters, three
-/// times slower), else [`pack_f32_keys_portable`]. Both give the same items and facts.
+/// (the compiler vectorises the portable loop with scatter stores, which took over twice as
+/// long), else [`pack_f32_keys_portable`]. Both give the same items and facts.
 fn pack_f32_keys(values: &[f64], packed: &mut [u64]) -> KeyFacts {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx512() {
