@@ -419,7 +419,8 @@ mod avx512 {
 
     /// [`super::pack_f32_keys`] eight values at a time, in 64-bit lanes: each value narrowed
     /// to float32 (rounded to nearest, as `as f32`), its key (2^31 plus or minus the
-    /// magnitude's bits) shifted above the index; the tail by the portable code's rule.
+    /// magnitude's bits) shifted above the index. The tail goes through the same steps,
+    /// padded with the first value (which changes none of the facts).
     #[target_feature(enable = "avx512f")]
     pub(super) fn pack_f32_keys(values: &[f64], packed: &mut [u64]) -> KeyFacts {
         let n = values.len();
@@ -429,14 +430,9 @@ mod avx512 {
         let first_v = _mm512_set1_epi64(first as i64);
         let (mut varying, mut min, mut max) = (_mm512_setzero_si512(), first_v, first_v);
         let mut index = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
-        let eight = _mm512_set1_epi64(8);
         let mut exact = 0xffu8;
-        let whole = n - n % 8;
-        for (v, out) in values[..whole]
-            .chunks_exact(8)
-            .zip(packed[..whole].chunks_exact_mut(8))
-        {
-            // SAFETY: each chunk holds 8 values; unaligned loads are allowed.
+        let mut pack8 = |v: &[f64; 8], out: &mut [u64; 8]| {
+            // SAFETY: `v` holds 8 values; unaligned loads are allowed.
             let v = unsafe { _mm512_loadu_pd(v.as_ptr()) };
             let narrow = _mm512_cvtpd_ps(v);
             exact &= _mm512_cmpeq_pd_mask(_mm512_cvtps_pd(narrow), v);
@@ -455,27 +451,30 @@ mod avx512 {
             let item = _mm512_or_si512(_mm512_slli_epi64::<32>(key), index);
             // SAFETY: `out` holds 8 items; unaligned stores are allowed.
             unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), item) };
-            index = _mm512_add_epi64(index, eight);
+            index = _mm512_add_epi64(index, _mm512_set1_epi64(8));
+        };
+        let whole = n - n % 8;
+        for (v, out) in values[..whole]
+            .chunks_exact(8)
+            .zip(packed[..whole].chunks_exact_mut(8))
+        {
+            pack8(
+                v.try_into().expect("8 values"),
+                out.try_into().expect("8 items"),
+            );
         }
-        let mut facts = KeyFacts {
+        if whole < n {
+            let (mut v, mut out) = ([values[0]; 8], [0u64; 8]);
+            v[..n - whole].copy_from_slice(&values[whole..]);
+            pack8(&v, &mut out);
+            packed[whole..n].copy_from_slice(&out[..n - whole]);
+        }
+        KeyFacts {
             varying: _mm512_reduce_or_epi64(varying) as u32,
             exact: exact == 0xff,
             min: _mm512_reduce_min_epu64(min) as u32,
             max: _mm512_reduce_max_epu64(max) as u32,
-        };
-        for (i, (&v, out)) in values[whole..]
-            .iter()
-            .zip(&mut packed[whole..n])
-            .enumerate()
-        {
-            let k = descending_key_f32(v as f32);
-            facts.varying |= k ^ first;
-            facts.exact &= (v as f32) as f64 == v;
-            facts.min = facts.min.min(k);
-            facts.max = facts.max.max(k);
-            *out = ((k as u64) << 32) | (whole + i) as u64;
         }
-        facts
     }
 }
 

@@ -358,12 +358,12 @@ pub fn group_weight(at_least: usize) -> f64 {
     1.0 / exact_f64(at_least)
 }
 
-/// A count or position as a float: exact below 2^53, as `x as f64`, in one instruction
-/// (from usize the conversion is a sequence that handles values past 2^63; from i64 it is
-/// one, and counts stay far below 2^63).
+/// A count or position as a float, the value of `x as f64`, in one instruction (from usize
+/// the conversion is a sequence that handles values past 2^63; from i64 it is one, and
+/// counts and positions stay far below 2^63).
 #[inline(always)]
-pub fn exact_f64(x: usize) -> f64 {
-    debug_assert!(x < 1 << 53);
+fn exact_f64(x: usize) -> f64 {
+    debug_assert!(x <= i64::MAX as usize);
     x as i64 as f64
 }
 
