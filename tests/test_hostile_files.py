@@ -609,6 +609,52 @@ def test_ctrl_c_that_python_ignores_in_a_callback_is_still_exit_130() -> None:
     assert (child.returncode, child.stderr) == (130, "neuroneval: interrupted\n")
 
 
+_CTRL_C_IN_TORCH_INITIALISER = """
+import os, signal, sys
+target, out = sys.argv[1], sys.argv[2]
+from neuroneval.cli import main
+callers = []  # the C function calling each Python frame, None for a Python caller
+
+def interrupt_in_target(frame, event, arg):
+    if event == "c_call":
+        callers.append(arg)
+    elif event in ("c_return", "c_exception", "return"):
+        if callers:
+            callers.pop()
+    elif event == "call":
+        caller = callers[-1] if callers else None
+        callers.append(None)
+        if getattr(caller, "__module__", None) == "torch._C" and caller.__name__ == target:
+            sys.setprofile(None)
+            print("SIGINT inside", target, flush=True)
+            os.kill(os.getpid(), signal.SIGINT)
+
+sys.setprofile(interrupt_in_target)
+sys.exit(main(["demo", "--out", out]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "initialiser",
+    ["_initExtension", "_c10d_init", "_rpc_init", "_dist_autograd_init", "_autograd_init", "_multiprocessing_init"],
+)
+def test_ctrl_c_inside_torchs_module_initialisers_is_exit_130(tmp_path: Path, initialiser: str) -> None:
+    """torch's C++ module initialisers import Python modules and cannot unwind an exception
+    from them: Ctrl-C there aborted the process ("terminate called after throwing an instance
+    of 'pybind11::error_already_set'") or crashed it. It is held until torch's import returns,
+    then one line and exit 130."""
+    pytest.importorskip("torch")
+    child = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_IN_TORCH_INITIALISER, initialiser, str(tmp_path / "demo")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert f"SIGINT inside {initialiser}" in child.stdout, child.stdout[-2000:]
+    assert (child.returncode, child.stderr) == (130, "neuroneval: interrupted\n")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("delay", [0.05, 0.2, 0.4, 0.8, 1.5])
 def test_ctrl_c_in_a_commands_first_instant_is_one_line_and_exit_130(tmp_path: Path, delay: float) -> None:

@@ -138,7 +138,9 @@ Output
 Exit codes
     0 on success; 2 for bad input or arguments (one line on stderr says what is wrong); 1 for
     an I/O failure: an output that cannot be written (a read-only file system, a permission
-    denied: found before any work), a full disk; 130 when interrupted, at any instant.
+    denied: found before any work), a full disk; 130 when interrupted, at any instant. Ctrl-C
+    while torch is being imported takes effect once that import returns (about a second):
+    torch's C++ initialisers cannot unwind an interrupt and would abort the process.
 
 Paths in files
     A path that a file names (a shard manifest's shard, a results folder's inputs, an
@@ -148,7 +150,10 @@ Paths in files
 
 from __future__ import annotations
 
+import copy
+import importlib.machinery
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -196,11 +201,16 @@ def _watch_interrupts() -> tuple[Callable[[], bool], Callable[[], None]]:
     A KeyboardInterrupt raised where Python cannot raise it (a weakref callback, such as an
     import's module lock runs) would be printed as "Exception ignored" and lost, the command
     running on: it is not printed, and a second thread interrupts the main thread again once
-    the hook has returned (an interrupt raised inside the hook would be ignored in turn)."""
+    the hook has returned (an interrupt raised inside the hook would be ignored in turn).
+
+    While the main thread imports a module of `_UNINTERRUPTIBLE_PACKAGES`, Ctrl-C is held and
+    raised once the outermost such import has returned."""
     import _thread
     import signal
 
     seen: list[bool] = []
+    hold = _InterruptHold()
+    finder = _HoldingFinder(hold)
     previous = signal.getsignal(signal.SIGINT)
     previous_hook = sys.unraisablehook
 
@@ -212,7 +222,9 @@ def _watch_interrupts() -> tuple[Callable[[], bool], Callable[[], None]]:
 
     def record(signum: int, frame: Any) -> None:
         seen.append(True)
-        if callable(previous):
+        if hold.depth:
+            hold.held = True
+        elif callable(previous):
             previous(signum, frame)
         else:
             raise KeyboardInterrupt
@@ -222,10 +234,96 @@ def _watch_interrupts() -> tuple[Callable[[], bool], Callable[[], None]]:
             signal.signal(signal.SIGINT, previous)
         if sys.unraisablehook is reraise:
             sys.unraisablehook = previous_hook
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
 
     try:
         signal.signal(signal.SIGINT, record)
     except ValueError:  # not the main thread: signals are not ours to watch
         return (lambda: False), (lambda: None)
     sys.unraisablehook = reraise
+    sys.meta_path.insert(0, finder)
     return (lambda: bool(seen)), restore
+
+
+# Packages whose C++ module initialisers run Python code (imports) and cannot unwind an
+# exception from it: a KeyboardInterrupt inside torch.distributed's or torch.autograd's
+# initialiser aborts the process ("terminate called after throwing ...") or crashes it.
+_UNINTERRUPTIBLE_PACKAGES = frozenset({"torch"})
+_FILE_LOADERS = (
+    importlib.machinery.SourceFileLoader,
+    importlib.machinery.SourcelessFileLoader,
+    importlib.machinery.ExtensionFileLoader,
+)
+
+
+class _InterruptHold:
+    """The main thread's uninterruptible imports in progress (`depth`) and whether Ctrl-C came
+    meanwhile (`held`); entered around each such import, it raises the held KeyboardInterrupt
+    when the outermost one returns."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.held = False
+
+    def __enter__(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self.depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self.depth -= 1
+        if self.depth == 0 and self.held:
+            self.held = False
+            raise KeyboardInterrupt
+
+
+class _HoldingFinder:
+    """Finds the modules of `_UNINTERRUPTIBLE_PACKAGES` as the finders after it would, with
+    file loaders that create and execute them under `hold`."""
+
+    def __init__(self, hold: _InterruptHold) -> None:
+        self.hold = hold
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name.partition(".")[0] not in _UNINTERRUPTIBLE_PACKAGES or self not in sys.meta_path:
+            return None
+        for finder in sys.meta_path[sys.meta_path.index(self) + 1 :]:
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None:
+                if isinstance(spec.loader, _FILE_LOADERS):
+                    spec.loader = _held_loader(spec.loader, self.hold)
+                return spec
+        return None
+
+
+def _held_loader(loader: Any, hold: _InterruptHold) -> Any:
+    """A copy of `loader` (same class, to every isinstance test) whose module creation and
+    execution run under `hold`."""
+    held = copy.copy(loader)
+    held.__class__ = _held_loader_class(type(loader))
+    held._neuroneval_hold = hold
+    return held
+
+
+def _held_loader_class(cls: type) -> type:
+    if cls in _HELD_LOADER_CLASSES:
+        return _HELD_LOADER_CLASSES[cls]
+
+    class Held(cls):  # type: ignore[misc]
+        def create_module(self, spec: Any) -> Any:
+            with self._neuroneval_hold:
+                return super().create_module(spec)
+
+        def exec_module(self, module: Any) -> None:
+            with self._neuroneval_hold:
+                super().exec_module(module)
+
+    Held.__name__ = Held.__qualname__ = cls.__name__
+    _HELD_LOADER_CLASSES[cls] = Held
+    return Held
+
+
+_HELD_LOADER_CLASSES: dict[type, type] = {}
