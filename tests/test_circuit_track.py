@@ -110,6 +110,34 @@ def test_a_bfloat16_run_computes_in_bfloat16_and_records_it(tmp_path: Path) -> N
     assert read_circuit_run(tmp_path / "run").dtype == "bfloat16"
 
 
+def test_bfloat16_units_are_read_as_the_kernel_reports_them() -> None:
+    """torch's answer agrees with the CPU flags Linux reports (AVX-512 BF16, AMX tiles)."""
+    from neuroneval.torch.circuits.models import cpu_multiplies_bfloat16
+
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.is_file():
+        pytest.skip("no /proc/cpuinfo to compare with")
+    flags = next(line for line in cpuinfo.read_text().splitlines() if line.startswith("flags")).split()
+    assert cpu_multiplies_bfloat16() == ("avx512_bf16" in flags or "amx_tile" in flags)
+
+
+def test_a_bfloat16_model_on_a_cpu_without_bfloat16_units_warns() -> None:
+    """decompose warns of emulated bfloat16 products exactly when the weights are bfloat16 and
+    the CPU has no bfloat16 units; float32 weights never warn."""
+    import warnings
+
+    from neuroneval.torch.circuits.models import cpu_multiplies_bfloat16, warn_of_emulated_bfloat16
+
+    for dtype in (torch.float32, torch.bfloat16):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            warn_of_emulated_bfloat16(torch.nn.Linear(4, 4).to(dtype))
+        expected = dtype == torch.bfloat16 and cpu_multiplies_bfloat16() is False
+        assert [str(w.message)[:47] for w in caught] == (
+            ["the model computes in bfloat16 on a CPU without"] if expected else []
+        )
+
+
 def test_the_track_writes_a_run_that_reads_back(tmp_path: Path) -> None:
     reports: dict[str, list[tuple[int, int]]] = {}
     result = circuit_track(

@@ -118,7 +118,8 @@ CAUSAL_MODEL_OPTIONS = Options(
         "dtype",
         "choice",
         "float32",
-        "the model's precision; bfloat16 runs about twice as fast on CPUs with AMX or AVX-512 BF16 "
+        "the model's precision; bfloat16 runs about twice as fast on CPUs with AMX or AVX-512 BF16, "
+        "several times slower on CPUs without them (a warning says so) "
         "(the featurizers compute in float32 either way)",
         choices=("float32", "bfloat16"),
     ),

@@ -133,7 +133,8 @@ CIRCUIT_TRACK_OPTIONS = Options(
         "choice",
         "auto",
         "the model's precision: auto is bfloat16 for smollm2 (as MIB loads "
-        "LLaMA-family models), float32 for digit-pair",
+        "LLaMA-family models), float32 for digit-pair; bfloat16 runs several times slower "
+        "on CPUs without AVX-512 BF16 or AMX (a warning says so)",
         choices=("auto", *CIRCUIT_DTYPES),
         metavar="DTYPE",
     ),

@@ -30,6 +30,7 @@ Examples
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -463,6 +464,34 @@ def _rms_norm_vjp(norm: Any, x: Tensor) -> Any:
     return back
 
 
+def cpu_multiplies_bfloat16() -> bool | None:
+    """Whether this CPU has bfloat16 matrix units (AVX-512 BF16 or AMX tiles), as torch's CPU
+    dispatch sees them; None where this torch does not say."""
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if any(probe is None for probe in probes):
+        return None
+    return any(probe() for probe in probes if probe is not None)
+
+
+def warn_of_emulated_bfloat16(model: Any) -> None:
+    """Warns when `model` holds bfloat16 weights on the CPU and the CPU has no bfloat16 matrix
+    units: torch then emulates its products, several times slower than float32's."""
+    parameter = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+    if (
+        parameter is not None
+        and parameter.dtype == torch.bfloat16
+        and parameter.device.type == "cpu"
+        and cpu_multiplies_bfloat16() is False
+    ):
+        warnings.warn(
+            "the model computes in bfloat16 on a CPU without AVX-512 BF16 or AMX, where torch emulates "
+            "bfloat16 products several times slower than float32's; float32 (--dtype float32) runs "
+            "faster, with float32's numbers",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
 def decompose(model: Any) -> DecomposedModel:
     """`model` (a Hugging Face causal LM of a type in `RUNNABLE_MODEL_TYPES`) as MIB's nodes.
 
@@ -487,6 +516,7 @@ def decompose(model: Any) -> DecomposedModel:
         raise ParameterError(
             f"the {kind} model has no lm_head: pass the causal LM (e.g. LlamaForCausalLM), not its base model"
         )
+    warn_of_emulated_bfloat16(model)
     if kind == "gpt2":
         if getattr(config, "scale_attn_by_inverse_layer_idx", False) or getattr(
             config, "reorder_and_upcast_attn", False
