@@ -11,9 +11,13 @@
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+# Not typing's: importing typing takes longer than all of this package's start, and the command
+# line answers Ctrl-C only once its handler is in place (type checkers read this name as theirs).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from . import compare, distributed, errors, interop, meta, metrics, sanity
     from ._evaluate import evaluate
     from ._registry import METRICS, PASSING_METRICS, MetricInfo

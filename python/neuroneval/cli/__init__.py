@@ -138,9 +138,10 @@ Output
 Exit codes
     0 on success; 2 for bad input or arguments (one line on stderr says what is wrong); 1 for
     an I/O failure: an output that cannot be written (a read-only file system, a permission
-    denied: found before any work), a full disk; 130 when interrupted, at any instant. Ctrl-C
-    while torch is being imported takes effect once that import returns (about a second):
-    torch's C++ initialisers cannot unwind an interrupt and would abort the process.
+    denied: found before any work), a full disk; 130 when interrupted, at any instant once the
+    command's code runs (Python's own start, a few tens of milliseconds, answers with Python's
+    traceback). Ctrl-C while torch is being imported takes effect once that import returns
+    (about a second): torch's C++ initialisers cannot unwind an interrupt and would abort.
 
 Paths in files
     A path that a file names (a shard manifest's shard, a results folder's inputs, an
@@ -150,12 +151,15 @@ Paths in files
 
 from __future__ import annotations
 
-import copy
+import _thread
 import importlib.machinery
 import sys
-import threading
-from collections.abc import Callable
-from typing import Any
+
+# Not typing's (see neuroneval/__init__.py): this module is imported before the handler is in place.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 __all__ = ["main"]
 
@@ -205,11 +209,10 @@ def _watch_interrupts() -> tuple[Callable[[], bool], Callable[[], None]]:
 
     While the main thread imports a module of `_UNINTERRUPTIBLE_PACKAGES`, Ctrl-C is held and
     raised once the outermost such import has returned."""
-    import _thread
     import signal
 
     seen: list[bool] = []
-    hold = _InterruptHold()
+    hold = _InterruptHold(main_thread=_thread.get_ident())  # if not the main thread, unused
     finder = _HoldingFinder(hold)
     previous = signal.getsignal(signal.SIGINT)
     previous_hook = sys.unraisablehook
@@ -262,16 +265,17 @@ class _InterruptHold:
     meanwhile (`held`); entered around each such import, it raises the held KeyboardInterrupt
     when the outermost one returns."""
 
-    def __init__(self) -> None:
+    def __init__(self, main_thread: int) -> None:
+        self.main_thread = main_thread
         self.depth = 0
         self.held = False
 
     def __enter__(self) -> None:
-        if threading.current_thread() is threading.main_thread():
+        if _thread.get_ident() == self.main_thread:
             self.depth += 1
 
     def __exit__(self, *exc: object) -> None:
-        if threading.current_thread() is not threading.main_thread():
+        if _thread.get_ident() != self.main_thread:
             return
         self.depth -= 1
         if self.depth == 0 and self.held:
@@ -302,8 +306,8 @@ class _HoldingFinder:
 def _held_loader(loader: Any, hold: _InterruptHold) -> Any:
     """A copy of `loader` (same class, to every isinstance test) whose module creation and
     execution run under `hold`."""
-    held = copy.copy(loader)
-    held.__class__ = _held_loader_class(type(loader))
+    held: Any = object.__new__(_held_loader_class(type(loader)))
+    held.__dict__.update(loader.__dict__)
     held._neuroneval_hold = hold
     return held
 
