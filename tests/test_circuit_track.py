@@ -126,12 +126,17 @@ def test_a_bfloat16_model_on_a_cpu_without_bfloat16_units_warns() -> None:
     the CPU has no bfloat16 units; float32 weights never warn."""
     import warnings
 
-    from neuroneval.torch.circuits.models import cpu_multiplies_bfloat16, warn_of_emulated_bfloat16
+    import transformers
+    from neuroneval.torch.circuits.models import cpu_multiplies_bfloat16, decompose
 
+    config = transformers.LlamaConfig(
+        vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4
+    )
     for dtype in (torch.float32, torch.bfloat16):
+        model = transformers.LlamaForCausalLM(config).to(dtype).eval()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            warn_of_emulated_bfloat16(torch.nn.Linear(4, 4).to(dtype))
+            decompose(model)
         expected = dtype == torch.bfloat16 and cpu_multiplies_bfloat16() is False
         assert [str(w.message)[:47] for w in caught] == (
             ["the model computes in bfloat16 on a CPU without"] if expected else []

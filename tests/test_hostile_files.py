@@ -631,9 +631,10 @@ def test_ctrl_c_that_python_ignores_in_a_callback_is_still_exit_130() -> None:
 
 _CTRL_C_IN_TORCH_INITIALISER = """
 import os, signal, sys
-target, out = sys.argv[1], sys.argv[2]
+target, nth, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 from neuroneval.cli import main
 callers = []  # the C function calling each Python frame, None for a Python caller
+calls = []  # the target's calls into Python so far
 
 def interrupt_in_target(frame, event, arg):
     if event == "c_call":
@@ -645,9 +646,11 @@ def interrupt_in_target(frame, event, arg):
         caller = callers[-1] if callers else None
         callers.append(None)
         if getattr(caller, "__module__", None) == "torch._C" and caller.__name__ == target:
-            sys.setprofile(None)
-            print("SIGINT inside", target, flush=True)
-            os.kill(os.getpid(), signal.SIGINT)
+            calls.append(frame.f_code.co_name)
+            if len(calls) == nth:
+                sys.setprofile(None)
+                print("SIGINT inside", target, "call", nth, flush=True)
+                os.kill(os.getpid(), signal.SIGINT)
 
 sys.setprofile(interrupt_in_target)
 sys.exit(main(["demo", "--out", out]))
@@ -656,22 +659,31 @@ sys.exit(main(["demo", "--out", out]))
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "initialiser",
-    ["_initExtension", "_c10d_init", "_rpc_init", "_dist_autograd_init", "_autograd_init", "_multiprocessing_init"],
+    ("initialiser", "nth"),
+    [
+        # where Ctrl-C aborted the process (the first three) or crashed it (SIGSEGV, the fourth)
+        ("_c10d_init", 1),
+        ("_dist_autograd_init", 1),
+        ("_multiprocessing_init", 1),
+        ("_autograd_init", 4),
+        # the others, which survived it
+        ("_initExtension", 1),
+        ("_rpc_init", 1),
+    ],
 )
-def test_ctrl_c_inside_torchs_module_initialisers_is_exit_130(tmp_path: Path, initialiser: str) -> None:
+def test_ctrl_c_inside_torchs_module_initialisers_is_exit_130(tmp_path: Path, initialiser: str, nth: int) -> None:
     """torch's C++ module initialisers import Python modules and cannot unwind an exception
-    from them: Ctrl-C there aborted the process ("terminate called after throwing an instance
-    of 'pybind11::error_already_set'") or crashed it. It is held until torch's import returns,
-    then one line and exit 130."""
+    from them: Ctrl-C at their `nth` call into Python aborted the process ("terminate called
+    after throwing an instance of 'pybind11::error_already_set'") or crashed it. It is held
+    until torch's import returns, then one line and exit 130."""
     pytest.importorskip("torch")
     child = subprocess.run(
-        [sys.executable, "-c", _CTRL_C_IN_TORCH_INITIALISER, initialiser, str(tmp_path / "demo")],
+        [sys.executable, "-c", _CTRL_C_IN_TORCH_INITIALISER, initialiser, str(nth), str(tmp_path / "demo")],
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert f"SIGINT inside {initialiser}" in child.stdout, child.stdout[-2000:]
+    assert f"SIGINT inside {initialiser} call {nth}" in child.stdout, child.stdout[-2000:]
     assert (child.returncode, child.stderr) == (130, "neuroneval: interrupted\n")
 
 
