@@ -5,6 +5,7 @@
 //! the pair kernel ([`pair::PairKernel`]) for each pair, over blocks of units in parallel.
 
 pub mod by_concept;
+mod column_kernels;
 pub mod concepts;
 pub mod engine;
 pub mod entries;

@@ -1,5 +1,7 @@
 //! A read-only strided view of a 2-D matrix of any supported element type.
 
+pub(crate) use crate::column_kernels::count_nonzeros;
+use crate::column_kernels::{compact_wide, transposed_blocks, COMPACT_SLACK};
 use crate::error::{CoreError, Result};
 use crate::simd::prefetch;
 use rayon::prelude::*;
@@ -23,6 +25,12 @@ pub trait Element: Copy + Send + Sync + 'static {
     /// The slice itself when the elements are float64.
     #[inline(always)]
     fn as_f64(_values: &[Self]) -> Option<&[f64]> {
+        None
+    }
+
+    /// The slice itself when the elements are float16.
+    #[inline(always)]
+    fn as_f16(_values: &[Self]) -> Option<&[half::f16]> {
         None
     }
 }
@@ -57,6 +65,11 @@ impl Element for half::f16 {
     #[inline(always)]
     fn is_finite(self) -> bool {
         self.to_bits() & 0x7c00 != 0x7c00
+    }
+
+    #[inline(always)]
+    fn as_f16(values: &[half::f16]) -> Option<&[half::f16]> {
+        Some(values)
     }
 }
 
@@ -228,267 +241,6 @@ impl<'a, E: Element> MatrixView<'a, E> {
     }
 }
 
-/// The number of values != 0 (NaN included) of a column, by AVX-512 for float32 and float64
-/// where the CPU has it.
-pub(crate) fn count_nonzeros<E: Element>(column: &[E]) -> usize {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if avx512::available() {
-            if let Some(column) = E::as_f32(column) {
-                // SAFETY: the CPU has AVX-512F and POPCNT (checked above).
-                return unsafe { avx512::count_f32(column) };
-            }
-            if let Some(column) = E::as_f64(column) {
-                // SAFETY: the CPU has AVX-512F and POPCNT (checked above).
-                return unsafe { avx512::count_f64(column) };
-            }
-        }
-    }
-    column.iter().filter(|v| v.to_f64() != 0.0).count()
-}
-
-/// Room past a column's nonzeros that its compaction may write (one vector of 16).
-const COMPACT_SLACK: usize = 16;
-
-/// The nonzero (or NaN) values of a float32 or float64 column, widened, into `values` and
-/// their rows (`first_row` + position) into `rows`, by AVX-512 compress: returns how many,
-/// or None (nothing written) for other element types or CPUs without AVX-512. Both slices
-/// must hold that count plus [`COMPACT_SLACK`].
-fn compact_wide<E: Element>(
-    column: &[E],
-    first_row: u32,
-    rows: &mut [u32],
-    values: &mut [f64],
-) -> Option<usize> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if avx512::available() {
-            if let Some(column) = E::as_f32(column) {
-                // SAFETY: the CPU has AVX-512F and POPCNT (checked above).
-                return Some(unsafe { avx512::compact_f32(column, first_row, rows, values) });
-            }
-            if let Some(column) = E::as_f64(column) {
-                // SAFETY: the CPU has AVX-512F and POPCNT (checked above).
-                return Some(unsafe { avx512::compact_f64(column, first_row, rows, values) });
-            }
-        }
-    }
-    let _ = (column, first_row, rows, values);
-    None
-}
-
-#[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use std::arch::x86_64::*;
-
-    /// Whether the CPU runs this module's functions.
-    #[inline]
-    pub(super) fn available() -> bool {
-        crate::simd::has_avx512()
-    }
-
-    /// The number of values != 0 (NaN included) in a float32 column.
-    #[target_feature(enable = "avx512f,popcnt")]
-    pub(super) fn count_f32(column: &[f32]) -> usize {
-        let mut groups = column.chunks_exact(16);
-        let mut count = 0;
-        for group in &mut groups {
-            // SAFETY: the group holds 16 floats; unaligned loads are allowed.
-            let v = unsafe { _mm512_loadu_ps(group.as_ptr()) };
-            count +=
-                _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(v, _mm512_setzero_ps()).count_ones() as usize;
-        }
-        count + groups.remainder().iter().filter(|&&v| v != 0.0).count()
-    }
-
-    /// The number of values != 0 (NaN included) in a float64 column.
-    #[target_feature(enable = "avx512f,popcnt")]
-    pub(super) fn count_f64(column: &[f64]) -> usize {
-        let mut groups = column.chunks_exact(8);
-        let mut count = 0;
-        for group in &mut groups {
-            // SAFETY: the group holds 8 doubles; unaligned loads are allowed.
-            let v = unsafe { _mm512_loadu_pd(group.as_ptr()) };
-            count +=
-                _mm512_cmp_pd_mask::<_CMP_NEQ_UQ>(v, _mm512_setzero_pd()).count_ones() as usize;
-        }
-        count + groups.remainder().iter().filter(|&&v| v != 0.0).count()
-    }
-
-    /// Copies the 8 x 8 block of doubles at `tile` (row r at `tile[r * width..][..8]`) into 8
-    /// columns: column c's 8 values (the block's column c, rows in order) at
-    /// `out[c * out_rows..][..8]`. In registers: one load and one store per row, where an
-    /// element-wise copy makes 64 scattered stores.
-    #[target_feature(enable = "avx512f")]
-    pub(super) fn transpose_8x8(tile: &[f64], width: usize, out: &mut [f64], out_rows: usize) {
-        assert!(tile.len() >= 7 * width + 8 && out.len() >= 7 * out_rows + 8);
-        // SAFETY: the assert bounds every load (row r < 8 reads tile[r * width..][..8]) and
-        // every store (column c < 8 writes out[c * out_rows..][..8]); unaligned access is
-        // allowed.
-        unsafe {
-            let row = |r: usize| _mm512_loadu_pd(tile.as_ptr().add(r * width));
-            // pairs of rows interleaved: t[2p] holds rows 2p, 2p+1 at even columns, t[2p+1] at odd
-            let mut t = [_mm512_setzero_pd(); 8];
-            for p in 0..4 {
-                let (a, b) = (row(2 * p), row(2 * p + 1));
-                t[2 * p] = _mm512_unpacklo_pd(a, b);
-                t[2 * p + 1] = _mm512_unpackhi_pd(a, b);
-            }
-            // four rows per vector: u[4h + q] holds columns (c, c + 4) of rows 4h..4h + 4, for
-            // c = 0, 2, 1, 3 as q = 0, 1, 2, 3
-            let low = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
-            let high = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
-            let mut u = [_mm512_setzero_pd(); 8];
-            for h in 0..2 {
-                let (even, odd) = (4 * h, 4 * h + 1);
-                u[4 * h] = _mm512_permutex2var_pd(t[even], low, t[even + 2]);
-                u[4 * h + 1] = _mm512_permutex2var_pd(t[even], high, t[even + 2]);
-                u[4 * h + 2] = _mm512_permutex2var_pd(t[odd], low, t[odd + 2]);
-                u[4 * h + 3] = _mm512_permutex2var_pd(t[odd], high, t[odd + 2]);
-            }
-            let mut store =
-                |c: usize, v: __m512d| _mm512_storeu_pd(out.as_mut_ptr().add(c * out_rows), v);
-            for (q, c) in [0, 2, 1, 3].into_iter().enumerate() {
-                store(c, _mm512_shuffle_f64x2::<0x44>(u[q], u[q + 4]));
-                store(c + 4, _mm512_shuffle_f64x2::<0xEE>(u[q], u[q + 4]));
-            }
-        }
-    }
-
-    /// The rows of 16 consecutive values from `first`.
-    #[inline]
-    #[target_feature(enable = "avx512f,popcnt")]
-    fn row_numbers(first: u32) -> __m512i {
-        let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        _mm512_add_epi32(lanes, _mm512_set1_epi32(first as i32))
-    }
-
-    /// Writes the kept rows of a group of 16 (`keep`: lanes != 0 or NaN) and its two halves
-    /// of widened values at `kept`; returns the new count.
-    #[inline]
-    #[target_feature(enable = "avx512f,popcnt")]
-    fn store_group(
-        keep: __mmask16,
-        row: __m512i,
-        low: __m512d,
-        high: __m512d,
-        rows: &mut [u32],
-        values: &mut [f64],
-        kept: usize,
-    ) -> usize {
-        let (keep_low, keep_high) = (keep as u8, (keep >> 8) as u8);
-        let low_count = keep_low.count_ones() as usize;
-        let rows = &mut rows[kept..kept + 16];
-        let values = &mut values[kept..kept + 16];
-        // SAFETY: each store writes 16 u32 or 8 f64 into a slice that long or longer
-        // (bounds checked just above); unaligned stores are allowed.
-        unsafe {
-            _mm512_storeu_si512(
-                rows.as_mut_ptr() as *mut __m512i,
-                _mm512_maskz_compress_epi32(keep, row),
-            );
-            _mm512_storeu_pd(values.as_mut_ptr(), _mm512_maskz_compress_pd(keep_low, low));
-            _mm512_storeu_pd(
-                values[low_count..low_count + 8].as_mut_ptr(),
-                _mm512_maskz_compress_pd(keep_high, high),
-            );
-        }
-        kept + keep.count_ones() as usize
-    }
-
-    /// [`super::compact_wide`] of float32 values (widened exactly, as `as f64` does).
-    #[target_feature(enable = "avx512f,popcnt")]
-    pub(super) fn compact_f32(
-        column: &[f32],
-        first_row: u32,
-        rows: &mut [u32],
-        values: &mut [f64],
-    ) -> usize {
-        let mut kept = 0;
-        let mut groups = column.chunks_exact(16);
-        for (g, group) in (&mut groups).enumerate() {
-            // SAFETY: the group holds 16 floats; unaligned loads are allowed.
-            let v = unsafe { _mm512_loadu_ps(group.as_ptr()) };
-            // not equal, or unordered: a NaN is kept, as `!= 0.0` keeps it
-            let keep = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(v, _mm512_setzero_ps());
-            let low = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-            let high = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
-                _mm512_castps_pd(v),
-            )));
-            let row = row_numbers(first_row + (g * 16) as u32);
-            kept = store_group(keep, row, low, high, rows, values, kept);
-        }
-        let start = column.len() - groups.remainder().len();
-        for (j, &v) in groups.remainder().iter().enumerate() {
-            let v = v as f64;
-            if v != 0.0 {
-                rows[kept] = first_row + (start + j) as u32;
-                values[kept] = v;
-                kept += 1;
-            }
-        }
-        kept
-    }
-
-    /// [`super::compact_wide`] of float64 values.
-    #[target_feature(enable = "avx512f,popcnt")]
-    pub(super) fn compact_f64(
-        column: &[f64],
-        first_row: u32,
-        rows: &mut [u32],
-        values: &mut [f64],
-    ) -> usize {
-        let mut kept = 0;
-        let mut groups = column.chunks_exact(16);
-        for (g, group) in (&mut groups).enumerate() {
-            // SAFETY: the group holds 16 doubles; unaligned loads are allowed.
-            let (low, high) = unsafe {
-                (
-                    _mm512_loadu_pd(group.as_ptr()),
-                    _mm512_loadu_pd(group[8..].as_ptr()),
-                )
-            };
-            let zero = _mm512_setzero_pd();
-            let keep = _mm512_cmp_pd_mask::<_CMP_NEQ_UQ>(low, zero) as u16
-                | (_mm512_cmp_pd_mask::<_CMP_NEQ_UQ>(high, zero) as u16) << 8;
-            let row = row_numbers(first_row + (g * 16) as u32);
-            kept = store_group(keep, row, low, high, rows, values, kept);
-        }
-        let start = column.len() - groups.remainder().len();
-        for (j, &v) in groups.remainder().iter().enumerate() {
-            if v != 0.0 {
-                rows[kept] = first_row + (start + j) as u32;
-                values[kept] = v;
-                kept += 1;
-            }
-        }
-        kept
-    }
-}
-
-/// Copies the first 8 * b columns of an 8-row `tile` (rows of `width` values) into `out`
-/// (column j at `out[j * out_rows..][..8]`), 8 columns at a time, on a CPU with AVX-512F;
-/// returns b (0 elsewhere: the caller copies the rest).
-fn transposed_blocks(tile: &[f64], width: usize, out: &mut [f64], out_rows: usize) -> usize {
-    #[cfg(target_arch = "x86_64")]
-    if avx512::available() {
-        for b in 0..width / 8 {
-            // SAFETY: the CPU has AVX-512F (checked above).
-            unsafe {
-                avx512::transpose_8x8(
-                    &tile[8 * b..],
-                    width,
-                    &mut out[8 * b * out_rows..],
-                    out_rows,
-                )
-            };
-        }
-        return width / 8;
-    }
-    let _ = (tile, width, out, out_rows);
-    0
-}
-
 // The loops over whole columns, compiled for each instruction set (see `simd`).
 crate::simd::widest! {
 /// [`MatrixView::columns_into_at`].
@@ -658,19 +410,23 @@ pub(crate) fn append_counted_nonzeros<E: Element>(
     index: &mut Vec<u32>,
     value: &mut Vec<f64>,
 ) {
-    // Compacted without a branch per value (a concept's nonzeros fall at random rows): 16
-    // values at a time by AVX-512 compress where the CPU has it, else one at a time with
-    // runs of 16 zeros skipped. The slack takes the writes past the last nonzero.
+    // Compacted without a branch per value (a concept's nonzeros fall at random rows): by
+    // vector compaction where the CPU has AVX-512 or AVX2 (`column_kernels`), else one at a
+    // time with runs of 16 zeros skipped. The slack takes the writes past the last nonzero.
     let start = index.len();
     index.resize(start + nnz + COMPACT_SLACK, 0);
     value.resize(start + nnz + COMPACT_SLACK, 0.0);
     let (rows, values) = (&mut index[start..], &mut value[start..]);
-    if let Some(kept) = compact_wide(column, row_offset as u32, rows, values) {
-        debug_assert_eq!(kept, nnz);
-        index.truncate(start + nnz);
-        value.truncate(start + nnz);
-        return;
-    }
+    let kept = compact_wide(column, row_offset as u32, rows, values)
+        .unwrap_or_else(|| compact_portable(column, row_offset, rows, values));
+    debug_assert_eq!(kept, nnz);
+    index.truncate(start + nnz);
+    value.truncate(start + nnz);
+}
+
+/// [`compact_wide`] one value at a time, with runs of 16 zeros skipped: returns the count.
+/// Both slices must hold it plus [`COMPACT_SLACK`].
+fn compact_portable<E: Element>(column: &[E], row_offset: usize, rows: &mut [u32], values: &mut [f64]) -> usize {
     let mut kept = 0;
     for (r, run) in column.chunks(16).enumerate() {
         if run.iter().map(|v| (v.to_f64() != 0.0) as u32).sum::<u32>() == 0 {
@@ -684,8 +440,7 @@ pub(crate) fn append_counted_nonzeros<E: Element>(
             kept += (v != 0.0) as usize;
         }
     }
-    index.truncate(start + nnz);
-    value.truncate(start + nnz);
+    kept
 }
 
 /// Whether every value of a slice is finite (folded without early exit, so that it vectorises).
@@ -794,8 +549,8 @@ mod tests {
         }
     }
 
-    /// The compaction of a contiguous column (AVX-512 for float32 and float64 where the CPU
-    /// has it, the scalar loop for float16) against a plain filter: zeros of both signs,
+    /// The compaction of a contiguous column (by the widest instruction set the CPU has;
+    /// `column_kernels` tests each one) against a plain filter: zeros of both signs,
     /// NaN, no nonzero, only nonzeros, one value, lengths around the 16-value groups, and a
     /// row offset.
     #[test]
@@ -843,6 +598,15 @@ mod tests {
             assert_eq!((index[0][0], value[0][0]), (7, 0.5), "what was there stays");
             assert_eq!(got, want, "n = {n}");
             assert_eq!(index[0].len(), value[0].len());
+            // the loop of CPUs without AVX2, whatever this one has
+            let (mut rows, mut values) = (vec![0; n + COMPACT_SLACK], vec![0.0; n + COMPACT_SLACK]);
+            let kept = compact_portable(column, offset, &mut rows, &mut values);
+            let portable: Vec<(u32, u64)> = rows[..kept]
+                .iter()
+                .zip(&values[..kept])
+                .map(|(&i, v)| (i, v.to_bits()))
+                .collect();
+            assert_eq!(portable, want, "the portable loop, n = {n}");
         }
         for c in &columns {
             check(c, 0);
