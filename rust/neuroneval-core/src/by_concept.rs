@@ -20,6 +20,8 @@ pub struct ByConcept {
     starts: Vec<usize>,
     filled: Vec<usize>,
     sort: Vec<u32>,
+    /// A sparse unit's labels of a chunk of its entries, one after another.
+    flat: FlatLabels,
 }
 
 /// [`crate::sweep::inverse`] (or [`crate::sweep::inverse_sparse`] for a sparse unit) with
@@ -53,6 +55,7 @@ pub fn inverse_by_concept(
         starts,
         filled,
         sort,
+        flat,
     } = scratch;
     starts.clear();
     let mut run_start = 0;
@@ -121,6 +124,7 @@ pub fn inverse_by_concept(
                 in_entries: &mut in_entries,
                 ends: &mut *ends,
                 filled: &mut *filled,
+                flat,
                 products: sums.as_mut().zip(products).map(|(s, r)| (s, r, needs)),
             };
             // (rank products without the midranks cannot come about; they would read the rows)
@@ -192,6 +196,7 @@ struct EntriesPass<'a> {
     in_entries: &'a mut [usize],
     ends: &'a mut [u32],
     filled: &'a mut [usize],
+    flat: &'a mut FlatLabels,
     products: Option<(&'a mut SparseProducts, &'a RowIndex, &'a Needs)>,
 }
 
@@ -202,43 +207,94 @@ impl EntriesPass<'_> {
     /// rows entry by entry) fixed at compile time: no test of any per label.
     fn run<const ORDER: bool, const AP: bool, const LABEL_RANKS: bool>(&mut self) {
         let (unit, sp, labels) = (self.unit, self.sp, self.labels);
-        for (e, &i) in sp.rows.iter().enumerate() {
-            // the entries' label offsets are read in steps of about N / nnz: fetch ahead
-            if let Some(&ahead) = sp.rows.get(e + PREFETCH_DISTANCE) {
-                prefetch(labels.ptr.as_ptr().wrapping_add(ahead as usize));
-            }
-            let i = i as usize;
-            let a = sp.values[e] * unit.scale;
-            let r = if ORDER {
-                sp.centred_rank[e] + self.mid
-            } else {
-                0.0
-            };
-            let g = if AP { sp.at_least[e] } else { 0 };
-            let w = if LABEL_RANKS {
-                SparseProducts::rank_weight(sp, e)
-            } else {
-                0.0
-            };
-            let entries = labels.ptr[i]..labels.ptr[i + 1];
-            for &c in &labels.concept[entries.clone()] {
+        let entries = sp.rows.len();
+        for first in (0..entries).step_by(FLAT_CHUNK) {
+            let chunk = first..(first + FLAT_CHUNK).min(entries);
+            // The labels first, one after another; then one pass over them with no branch
+            // that depends on the data (an entry's number of labels, often none, would
+            // mislead a branch per entry). Each concept still gets its terms in entry order.
+            self.flat.fill(sp, chunk.clone(), labels);
+            for (&c, &e) in self.flat.concept.iter().zip(&self.flat.entry) {
+                let e = e as usize;
                 let o = &mut self.out[c as usize];
-                o.centred_sum += a;
-                o.rank_sum += r;
+                o.centred_sum += sp.values[e] * unit.scale;
+                o.rank_sum += if ORDER {
+                    sp.centred_rank[e] + self.mid
+                } else {
+                    0.0
+                };
                 if AP {
-                    append(self.ends, self.filled, c, g);
+                    append(self.ends, self.filled, c, sp.at_least[e]);
                 } else {
                     self.in_entries[c as usize] += 1;
                 }
                 if let Some((sums, _, _)) = self.products.as_mut().filter(|_| LABEL_RANKS) {
-                    sums.add_label_rank(c, w);
+                    sums.add_label_rank(c, SparseProducts::rank_weight(sp, e));
                 }
             }
             if let Some((sums, rows, needs)) = self.products.as_mut().filter(|_| !LABEL_RANKS) {
-                // the labels' own entries (the same offsets)
-                sums.add(unit, sp, e, entries, rows, needs);
+                for e in chunk {
+                    // the labels' own entries (the same offsets)
+                    let i = sp.rows[e] as usize;
+                    sums.add(unit, sp, e, labels.ptr[i]..labels.ptr[i + 1], rows, needs);
+                }
             }
         }
+    }
+}
+
+/// Entries whose labels [`EntriesPass::run`] lays out at a time (about 16 KB of labels).
+const FLAT_CHUNK: usize = 2048;
+
+/// The labels of a chunk of a sparse unit's entries, one after another, each with its entry.
+#[derive(Debug, Default)]
+struct FlatLabels {
+    concept: Vec<u32>,
+    entry: Vec<u32>,
+}
+
+impl FlatLabels {
+    /// Lays out the labels of entries `chunk` in entry order. A list of up to 4 labels is
+    /// copied as 4 (the next lists overwrite what is past it), so that the copy does not
+    /// branch on its length.
+    fn fill(&mut self, sp: &SparseEntries, chunk: std::ops::Range<usize>, labels: &LabelIndex) {
+        const COPY: usize = 4;
+        let room = |len: usize, entries_left: usize| len + COPY * (entries_left + 1);
+        let (concept, entry) = (&mut self.concept, &mut self.entry);
+        resize_for_overwrite(concept, room(0, chunk.len()));
+        resize_for_overwrite(entry, room(0, chunk.len()));
+        let mut k = 0;
+        for e in chunk.clone() {
+            // the entries' label offsets are read in steps of about N / nnz: fetch ahead
+            if let Some(&ahead) = sp.rows.get(e + PREFETCH_DISTANCE) {
+                prefetch(labels.ptr.as_ptr().wrapping_add(ahead as usize));
+            }
+            let i = sp.rows[e] as usize;
+            let (start, end) = (labels.ptr[i], labels.ptr[i + 1]);
+            let n = end - start;
+            match labels
+                .concept
+                .get(start..start + COPY)
+                .filter(|_| n <= COPY)
+            {
+                Some(list) => {
+                    concept[k..k + COPY].copy_from_slice(list);
+                    entry[k..k + COPY].fill(e as u32);
+                }
+                None => {
+                    let need = room(k + n, chunk.end - e);
+                    if concept.len() < need {
+                        concept.resize(need, 0);
+                        entry.resize(need, 0);
+                    }
+                    concept[k..k + n].copy_from_slice(&labels.concept[start..end]);
+                    entry[k..k + n].fill(e as u32);
+                }
+            }
+            k += n;
+        }
+        concept.truncate(k);
+        entry.truncate(k);
     }
 }
 

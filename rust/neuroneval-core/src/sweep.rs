@@ -873,10 +873,11 @@ mod tests {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
         /// The inverse metrics' sums concept by concept equal the walk's bit for bit, for dense
         /// and sparse units, float16 values with ties and zeros (and negatives), soft concepts,
-        /// concepts with no positive, a few, or thousands (the radix-sorted runs).
+        /// concepts with no positive, a few, or thousands (the radix-sorted runs), inputs with more
+        /// than 4 labels.
         #[test]
         fn inverse_by_concept_equals_the_walk(seed in proptest::prelude::any::<u64>(), signed in proptest::prelude::any::<bool>(), sparse_concepts in proptest::prelude::any::<bool>(), binary in proptest::prelude::any::<bool>(), n in 300usize..9000) {
-            let t = 6;
+            let t = 8;
             let mut s = seed;
             let mut next = || {
                 s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -888,8 +889,9 @@ mod tests {
                 let z = if signed { z } else { z.max(0.0) };
                 if next() < 0.2 { (z * 4.0).round() / 4.0 } else { ((z * 1024.0).round() / 1024.0) as f32 as f64 }
             }).collect();
-            // dense concepts (one of them every input) or, with `sparse_concepts`, under 5%
-            let density = if sparse_concepts { [0.04, 0.1, 0.02, 0.003, 0.0, 0.0] } else { [0.4, 0.15, 0.02, 0.003, 0.0, 1.0] };
+            // dense concepts (one of them every input, so that some inputs have more than 4
+            // labels) or, with `sparse_concepts`, under 5%
+            let density = if sparse_concepts { [0.04, 0.1, 0.02, 0.003, 0.0, 0.0, 0.01, 0.05] } else { [0.4, 0.15, 0.02, 0.003, 0.0, 1.0, 0.9, 0.8] };
             let c: Vec<f64> = (0..n * t).map(|j| {
                 let r = next();
                 if r < density[j % t] { if next() < 0.7 { 1.0 } else { 0.5 + next() / 2.0 } }
