@@ -214,7 +214,8 @@ impl EntriesPass<'_> {
             // that depends on the data (an entry's number of labels, often none, would
             // mislead a branch per entry). Each concept still gets its terms in entry order.
             self.flat.fill(sp, chunk.clone(), labels);
-            for (&c, &e) in self.flat.concept.iter().zip(&self.flat.entry) {
+            let (concepts, entries) = self.flat.labels();
+            for (&c, &e) in concepts.iter().zip(entries) {
                 let e = e as usize;
                 let o = &mut self.out[c as usize];
                 o.centred_sum += sp.values[e] * unit.scale;
@@ -249,8 +250,11 @@ const FLAT_CHUNK: usize = 2048;
 /// The labels of a chunk of a sparse unit's entries, one after another, each with its entry.
 #[derive(Debug, Default)]
 struct FlatLabels {
+    /// The labels' concepts and entries in their first `len` slots (the buffers keep their
+    /// length from chunk to chunk, so that no chunk clears them).
     concept: Vec<u32>,
     entry: Vec<u32>,
+    len: usize,
 }
 
 impl FlatLabels {
@@ -261,8 +265,10 @@ impl FlatLabels {
         const COPY: usize = 4;
         let room = |len: usize, entries_left: usize| len + COPY * (entries_left + 1);
         let (concept, entry) = (&mut self.concept, &mut self.entry);
-        resize_for_overwrite(concept, room(0, chunk.len()));
-        resize_for_overwrite(entry, room(0, chunk.len()));
+        if concept.len() < room(0, chunk.len()) {
+            concept.resize(room(0, chunk.len()), 0);
+            entry.resize(room(0, chunk.len()), 0);
+        }
         let mut k = 0;
         for e in chunk.clone() {
             // the entries' label offsets are read in steps of about N / nnz: fetch ahead
@@ -293,8 +299,12 @@ impl FlatLabels {
             }
             k += n;
         }
-        concept.truncate(k);
-        entry.truncate(k);
+        self.len = k;
+    }
+
+    /// The labels laid out by the last [`FlatLabels::fill`]: concepts, and entries.
+    fn labels(&self) -> (&[u32], &[u32]) {
+        (&self.concept[..self.len], &self.entry[..self.len])
     }
 }
 

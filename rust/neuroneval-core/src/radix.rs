@@ -71,9 +71,11 @@ pub(crate) enum SortedKeys {
 
 /// [`sort_descending`] into `order`, with reused buffers.
 pub fn sort_descending_into(values: &[f64], order: &mut Vec<u32>, scratch: &mut SortScratch) {
-    order.clear();
+    // (the counting sort writes every slot of `order`: kept at its length from the last
+    // unit, it costs no clearing)
     match pack_keys(values, scratch) {
         Packing::Short => {
+            order.clear();
             order.extend(0..values.len() as u32);
             order.sort_by_key(|&i| (descending_key(values[i as usize]), i));
         }
@@ -96,6 +98,7 @@ pub fn sort_descending_into(values: &[f64], order: &mut Vec<u32>, scratch: &mut 
         }
         Packing::Radix(facts) => {
             radix_sort_packed(values, scratch, facts, &mut |_, _| {});
+            order.clear();
             match scratch.sorted {
                 SortedKeys::Packed => order.extend(scratch.packed.iter().map(|&x| x as u32)),
                 _ => order.extend(scratch.keyed.iter().map(|&(_, i)| i)),
@@ -863,6 +866,45 @@ mod tests {
                 sort_small_u32(&mut v, &mut buffer, span);
                 assert_eq!(v, want, "len {len}, span {span}");
             }
+        }
+    }
+
+    /// One order buffer reused across calls of every path (a comparison sort under 64
+    /// values, the counting sort of float16 values, the radix sort), longer and shorter
+    /// than the next call needs: each call's order is a fresh sort's.
+    #[test]
+    fn a_reused_order_buffer_sorts_as_a_fresh_one() {
+        let mut rng = crate::rng::SplitMix64::new(21);
+        let mut vector = |n: usize, halves: bool| -> Vec<f64> {
+            (0..n)
+                .map(|_| {
+                    let v = rng.next_f64() * 8.0 - 2.0;
+                    if halves {
+                        half::f16::from_f64(v).to_f64()
+                    } else {
+                        v
+                    }
+                })
+                .collect()
+        };
+        let calls = [
+            vector(5000, true),
+            vector(40, false),
+            vector(3000, false),
+            vector(7000, true),
+            vector(2000, true),
+            vector(10, true),
+        ];
+        let (mut order, mut scratch) = (vec![u32::MAX; 9000], SortScratch::default());
+        for values in &calls {
+            sort_descending_into(values, &mut order, &mut scratch);
+            let mut want: Vec<u32> = (0..values.len() as u32).collect();
+            want.sort_by(|&a, &b| {
+                values[b as usize]
+                    .total_cmp(&values[a as usize])
+                    .then(a.cmp(&b))
+            });
+            assert_eq!(order, want, "n = {}", values.len());
         }
     }
 

@@ -88,7 +88,8 @@ pub fn rank_into_with(
     outputs: RankOutputs,
     midrank_offset: f64,
 ) {
-    r.order.clear();
+    // (each path sizes the outputs for overwriting: a buffer kept at its length from the
+    // last unit costs no clearing)
     match pack_keys(values, scratch) {
         Packing::Counting(bins) => counting_ranks(r, scratch, bins, outputs, midrank_offset),
         Packing::Radix(keys) => ranks_by_sorting(values, r, scratch, keys, outputs, midrank_offset),
@@ -282,8 +283,10 @@ fn counting_ranks(
             *m = top - (start + 1 + end) as f64 / 2.0;
         }
     }
-    r.group_end.clear();
-    if outputs.order {
+    if !outputs.order {
+        r.order.clear();
+        r.group_end.clear();
+    } else {
         // a stable counting pass: ties keep input order, as the radix sort's
         let cursor = &mut scratch.cursor;
         cursor.clear();
@@ -580,8 +583,9 @@ mod tests {
                 assert_eq!(counted.at_least, sorted.at_least, "{name}");
                 assert_eq!(counted.order, sorted.order, "{name}");
                 assert_eq!(counted.group_end, sorted.group_end, "{name}");
-                // without the order: the same midranks, no order
-                let mut bare = Ranking::default();
+                // without the order: the same midranks, no order (over a ranking that held
+                // every output), then every output again over that
+                let mut bare = std::mem::take(&mut counted);
                 let outputs = RankOutputs {
                     order: false,
                     at_least: false,
@@ -590,6 +594,12 @@ mod tests {
                 rank_into_with(&values, &mut bare, &mut scratch, outputs, offset);
                 assert_eq!(bits(&bare.midrank), bits(&sorted.midrank), "{name}");
                 assert!(bare.order.is_empty() && bare.at_least.is_empty(), "{name}");
+                assert!(bare.group_end.is_empty(), "{name}");
+                rank_into_with(&values, &mut bare, &mut scratch, RankOutputs::ALL, offset);
+                assert_eq!(
+                    (&bare.order, &bare.group_end),
+                    (&sorted.order, &sorted.group_end)
+                );
             }
         }
         // float32 values that span many bins take the radix path

@@ -3,8 +3,8 @@
 use crate::metric::{top_count, Needs, Params};
 use crate::numeric::{
     centred_moments, centred_moments_in_place, lane_sum, magnitude_scale, max_abs_slice,
-    robust_norm_shifted_slice, robust_norm_slice, robust_norm_slice_with_max, shifted_lane_sum,
-    sum_and_max_abs,
+    resize_for_overwrite, robust_norm_shifted_slice, robust_norm_slice, robust_norm_slice_with_max,
+    shifted_lane_sum, sum_and_max_abs,
 };
 use crate::radix::SortScratch;
 use crate::ranks::{centred_rank_norm, rank, rank_into_with, tie_term, RankOutputs, Ranking};
@@ -494,10 +494,9 @@ impl SparseEntries {
     fn reset_for(&mut self, n: usize) {
         self.n_zero = n - self.rows.len();
         self.n_above = self.values.iter().filter(|&&v| v > 0.0).count();
-        self.centred_rank.clear();
-        self.order.clear();
+        // (the order, midranks and group sizes are sized by what computes them, or cleared
+        // when nothing does: `UnitProfile::rebuild_sparse`)
         self.group_end.clear();
-        self.at_least.clear();
         self.zero_centred_rank = 0.0;
         self.zero_at_least = 0;
     }
@@ -546,8 +545,12 @@ impl UnitProfile {
         let walked = needs.order && ranks.order;
         if walked || needs.top_random || (needs.top_set && !top_inside) {
             crate::radix::sort_descending_into(&sp.values, &mut sp.order, scratch);
+        } else {
+            sp.order.clear();
         }
         self.centred_rank_norm = if !needs.order {
+            sp.centred_rank.clear();
+            sp.at_least.clear();
             0.0
         } else if sp.order.is_empty() {
             sparse_ranks_unordered(&mut sp, n, scratch)
@@ -712,8 +715,9 @@ fn sparse_ranks(sp: &mut SparseEntries, n: usize) -> f64 {
     let mid = (n as f64 + 1.0) / 2.0;
     // position in the order of all inputs of the entry at position q of the entries' order
     let full = |q: usize| if q < sp.n_above { q } else { q + sp.n_zero };
-    sp.centred_rank.resize(nnz, 0.0);
-    sp.at_least.resize(nnz, 0);
+    // (every entry's slot is written below, in the order's groups)
+    resize_for_overwrite(&mut sp.centred_rank, nnz);
+    resize_for_overwrite(&mut sp.at_least, nnz);
     sp.group_end.clear();
     // the tie terms of the entries' groups and of the zero group (see `centred_rank_norm`)
     let mut tie_sum = 0u128;
