@@ -108,6 +108,7 @@ pub(crate) fn transposed_blocks(
     let _ = (tile, width, out, out_rows);
     0
 }
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
