@@ -109,39 +109,46 @@ pub(crate) fn transposed_blocks(
     0
 }
 
+/// The dispatchers of one instruction set's module, compiled with its `features`: its
+/// kernel for the column's element type, None for other types.
+macro_rules! dispatchers {
+    ($features:literal) => {
+        /// [`super::count_nonzeros`] of a float16, float32 or float64 column.
+        #[target_feature(enable = $features)]
+        pub(super) fn count<E: crate::matrix::Element>(column: &[E]) -> Option<usize> {
+            if let Some(column) = E::as_f32(column) {
+                Some(count_f32(column))
+            } else if let Some(column) = E::as_f64(column) {
+                Some(count_f64(column))
+            } else {
+                E::as_f16(column).map(|column| count_f16(column))
+            }
+        }
+
+        /// [`super::compact_wide`] (nothing written for other element types).
+        #[target_feature(enable = $features)]
+        pub(super) fn compact<E: crate::matrix::Element>(
+            column: &[E],
+            first_row: u32,
+            rows: &mut [u32],
+            values: &mut [f64],
+        ) -> Option<usize> {
+            if let Some(column) = E::as_f32(column) {
+                Some(compact_f32(column, first_row, rows, values))
+            } else if let Some(column) = E::as_f64(column) {
+                Some(compact_f64(column, first_row, rows, values))
+            } else {
+                E::as_f16(column).map(|column| compact_f16(column, first_row, rows, values))
+            }
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
 
-    /// [`super::count_nonzeros`] of a float16, float32 or float64 column (None for other
-    /// element types).
-    #[target_feature(enable = "avx512f,popcnt")]
-    pub(super) fn count<E: crate::matrix::Element>(column: &[E]) -> Option<usize> {
-        if let Some(column) = E::as_f32(column) {
-            Some(count_f32(column))
-        } else if let Some(column) = E::as_f64(column) {
-            Some(count_f64(column))
-        } else {
-            E::as_f16(column).map(|column| count_f16(column))
-        }
-    }
-
-    /// [`super::compact_wide`] (None, nothing written, for other element types).
-    #[target_feature(enable = "avx512f,popcnt")]
-    pub(super) fn compact<E: crate::matrix::Element>(
-        column: &[E],
-        first_row: u32,
-        rows: &mut [u32],
-        values: &mut [f64],
-    ) -> Option<usize> {
-        if let Some(column) = E::as_f32(column) {
-            Some(compact_f32(column, first_row, rows, values))
-        } else if let Some(column) = E::as_f64(column) {
-            Some(compact_f64(column, first_row, rows, values))
-        } else {
-            E::as_f16(column).map(|column| compact_f16(column, first_row, rows, values))
-        }
-    }
+    dispatchers!("avx512f,popcnt");
 
     /// Whether the CPU runs this module's functions.
     #[inline]
@@ -377,35 +384,7 @@ mod avx512 {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    /// [`super::count_nonzeros`] of a float16, float32 or float64 column (None for other
-    /// element types).
-    #[target_feature(enable = "avx2,f16c,popcnt")]
-    pub(super) fn count<E: crate::matrix::Element>(column: &[E]) -> Option<usize> {
-        if let Some(column) = E::as_f32(column) {
-            Some(count_f32(column))
-        } else if let Some(column) = E::as_f64(column) {
-            Some(count_f64(column))
-        } else {
-            E::as_f16(column).map(|column| count_f16(column))
-        }
-    }
-
-    /// [`super::compact_wide`] (None, nothing written, for other element types).
-    #[target_feature(enable = "avx2,f16c,popcnt")]
-    pub(super) fn compact<E: crate::matrix::Element>(
-        column: &[E],
-        first_row: u32,
-        rows: &mut [u32],
-        values: &mut [f64],
-    ) -> Option<usize> {
-        if let Some(column) = E::as_f32(column) {
-            Some(compact_f32(column, first_row, rows, values))
-        } else if let Some(column) = E::as_f64(column) {
-            Some(compact_f64(column, first_row, rows, values))
-        } else {
-            E::as_f16(column).map(|column| compact_f16(column, first_row, rows, values))
-        }
-    }
+    dispatchers!("avx2,f16c,popcnt");
 
     /// Whether the CPU runs this module's functions.
     #[inline]
