@@ -207,9 +207,9 @@ impl EntriesPass<'_> {
     /// rows entry by entry) fixed at compile time: no test of any per label.
     fn run<const ORDER: bool, const AP: bool, const LABEL_RANKS: bool>(&mut self) {
         let (unit, sp, labels) = (self.unit, self.sp, self.labels);
-        let entries = sp.rows.len();
-        for first in (0..entries).step_by(FLAT_CHUNK) {
-            let chunk = first..(first + FLAT_CHUNK).min(entries);
+        let n_entries = sp.rows.len();
+        for first in (0..n_entries).step_by(FLAT_CHUNK) {
+            let chunk = first..(first + FLAT_CHUNK).min(n_entries);
             // The labels first, one after another; then one pass over them with no branch
             // that depends on the data (an entry's number of labels, often none, would
             // mislead a branch per entry). Each concept still gets its terms in entry order.

@@ -5,6 +5,12 @@
 //! compares each version the CPU runs with the portable loop).
 
 use crate::matrix::Element;
+use std::mem::MaybeUninit;
+
+/// Where a compaction writes a column's nonzeros: their rows and their widened values, in
+/// memory it need not have been initialised (a vector's spare capacity).
+pub(crate) type Rows = [MaybeUninit<u32>];
+pub(crate) type Values = [MaybeUninit<f64>];
 
 /// The number of values != 0 (NaN included) of a column.
 pub(crate) fn count_nonzeros<E: Element>(column: &[E]) -> usize {
@@ -41,8 +47,8 @@ pub(crate) const COMPACT_SLACK: usize = 16;
 pub(crate) fn compact_wide<E: Element>(
     column: &[E],
     first_row: u32,
-    rows: &mut [u32],
-    values: &mut [f64],
+    rows: &mut Rows,
+    values: &mut Values,
 ) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
     {
@@ -63,15 +69,15 @@ pub(crate) fn compact_wide<E: Element>(
 fn compact_tail<E: Element>(
     tail: &[E],
     first_row: u32,
-    rows: &mut [u32],
-    values: &mut [f64],
+    rows: &mut Rows,
+    values: &mut Values,
     mut kept: usize,
 ) -> usize {
     for (j, &v) in tail.iter().enumerate() {
         let v = v.to_f64();
         if v != 0.0 {
-            rows[kept] = first_row + j as u32;
-            values[kept] = v;
+            rows[kept].write(first_row + j as u32);
+            values[kept].write(v);
             kept += 1;
         }
     }
@@ -130,8 +136,8 @@ macro_rules! dispatchers {
         pub(super) fn compact<E: crate::matrix::Element>(
             column: &[E],
             first_row: u32,
-            rows: &mut [u32],
-            values: &mut [f64],
+            rows: &mut Rows,
+            values: &mut Values,
         ) -> Option<usize> {
             if let Some(column) = E::as_f32(column) {
                 Some(compact_f32(column, first_row, rows, values))
@@ -146,6 +152,7 @@ macro_rules! dispatchers {
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
+    use super::{Rows, Values};
     use std::arch::x86_64::*;
 
     dispatchers!("avx512f,popcnt");
@@ -241,8 +248,8 @@ mod avx512 {
         row: __m512i,
         low: __m512d,
         high: __m512d,
-        rows: &mut [u32],
-        values: &mut [f64],
+        rows: &mut Rows,
+        values: &mut Values,
         kept: usize,
     ) -> usize {
         let (keep_low, keep_high) = (keep as u8, (keep >> 8) as u8);
@@ -256,9 +263,12 @@ mod avx512 {
                 rows.as_mut_ptr() as *mut __m512i,
                 _mm512_maskz_compress_epi32(keep, row),
             );
-            _mm512_storeu_pd(values.as_mut_ptr(), _mm512_maskz_compress_pd(keep_low, low));
             _mm512_storeu_pd(
-                values[low_count..low_count + 8].as_mut_ptr(),
+                values.as_mut_ptr().cast(),
+                _mm512_maskz_compress_pd(keep_low, low),
+            );
+            _mm512_storeu_pd(
+                values[low_count..low_count + 8].as_mut_ptr().cast(),
                 _mm512_maskz_compress_pd(keep_high, high),
             );
         }
@@ -270,8 +280,8 @@ mod avx512 {
     pub(super) fn compact_f32(
         column: &[f32],
         first_row: u32,
-        rows: &mut [u32],
-        values: &mut [f64],
+        rows: &mut Rows,
+        values: &mut Values,
     ) -> usize {
         let mut kept = 0;
         let mut groups = column.chunks_exact(16);
@@ -302,8 +312,8 @@ mod avx512 {
     pub(super) fn compact_f64(
         column: &[f64],
         first_row: u32,
-        rows: &mut [u32],
-        values: &mut [f64],
+        rows: &mut Rows,
+        values: &mut Values,
     ) -> usize {
         let mut kept = 0;
         let mut groups = column.chunks_exact(16);
@@ -353,8 +363,8 @@ mod avx512 {
     pub(super) fn compact_f16(
         column: &[half::f16],
         first_row: u32,
-        rows: &mut [u32],
-        values: &mut [f64],
+        rows: &mut Rows,
+        values: &mut Values,
     ) -> usize {
         let mut kept = 0;
         let mut groups = column.chunks_exact(16);
@@ -382,6 +392,7 @@ mod avx512 {
 }
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
+    use super::{Rows, Values};
     use std::arch::x86_64::*;
 
     dispatchers!("avx2,f16c,popcnt");
@@ -511,7 +522,7 @@ mod avx2 {
     /// the permutation that moved them first.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn store_rows(keep: u32, row: __m256i, rows: &mut [u32], kept: usize) -> __m256i {
+    fn store_rows(keep: u32, row: __m256i, rows: &mut Rows, kept: usize) -> __m256i {
         let order = lanes(&KEEP_8[keep as usize]);
         let rows = &mut rows[kept..kept + 8];
         // SAFETY: the slice holds 8 u32 (bounds checked just above); unaligned stores are
@@ -528,11 +539,11 @@ mod avx2 {
     /// Writes 4 doubles at `values[at..]`.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn store_4(v: __m256d, values: &mut [f64], at: usize) {
+    fn store_4(v: __m256d, values: &mut Values, at: usize) {
         let values = &mut values[at..at + 4];
         // SAFETY: the slice holds 4 doubles (bounds checked just above); unaligned stores
         // are allowed.
-        unsafe { _mm256_storeu_pd(values.as_mut_ptr(), v) }
+        unsafe { _mm256_storeu_pd(values.as_mut_ptr().cast(), v) }
     }
 
     /// Compacts a group of 8 floats (`v`, rows from `first`) at `kept`, widened; returns the
@@ -542,8 +553,8 @@ mod avx2 {
     fn compact_8(
         v: __m256,
         first: u32,
-        rows: &mut [u32],
-        values: &mut [f64],
+        rows: &mut Rows,
+        values: &mut Values,
         kept: usize,
     ) -> usize {
         let keep = keep_f32(v);
@@ -567,8 +578,8 @@ mod avx2 {
     pub(super) fn compact_f32(
         column: &[f32],
         first_row: u32,
-        rows: &mut [u32],
-        values: &mut [f64],
+        rows: &mut Rows,
+        values: &mut Values,
     ) -> usize {
         let mut kept = 0;
         let mut groups = column.chunks_exact(8);
@@ -593,8 +604,8 @@ mod avx2 {
     pub(super) fn compact_f16(
         column: &[half::f16],
         first_row: u32,
-        rows: &mut [u32],
-        values: &mut [f64],
+        rows: &mut Rows,
+        values: &mut Values,
     ) -> usize {
         let mut kept = 0;
         let mut groups = column.chunks_exact(8);
@@ -622,8 +633,8 @@ mod avx2 {
     pub(super) fn compact_f64(
         column: &[f64],
         first_row: u32,
-        rows: &mut [u32],
-        values: &mut [f64],
+        rows: &mut Rows,
+        values: &mut Values,
     ) -> usize {
         let mut kept = 0;
         let mut groups = column.chunks_exact(8);
@@ -698,7 +709,7 @@ mod tests {
     use super::*;
     use half::f16;
 
-    type Compact<E> = unsafe fn(&[E], u32, &mut [u32], &mut [f64]) -> usize;
+    type Compact<E> = unsafe fn(&[E], u32, &mut Rows, &mut Values) -> usize;
     type Count<E> = unsafe fn(&[E]) -> usize;
 
     /// The kernels of each instruction set the CPU runs, by name.
@@ -729,11 +740,18 @@ mod tests {
             // SAFETY: `sets` lists only the kernels the CPU runs.
             let counted = unsafe { count(column) };
             assert_eq!(counted, want.len(), "{name}, n = {}", column.len());
-            let mut rows = vec![u32::MAX; want.len() + COMPACT_SLACK];
-            let mut values = vec![f64::NAN; want.len() + COMPACT_SLACK];
+            let mut rows = vec![MaybeUninit::new(u32::MAX); want.len() + COMPACT_SLACK];
+            let mut values = vec![MaybeUninit::new(f64::NAN); want.len() + COMPACT_SLACK];
             // SAFETY: as above; both slices hold the count plus the slack.
             let kept = unsafe { compact(column, 9, &mut rows, &mut values) };
             assert_eq!(kept, want.len(), "{name}");
+            // SAFETY: every slot was initialised above.
+            let (rows, values): (Vec<u32>, Vec<f64>) = unsafe {
+                (
+                    rows.iter().map(|r| r.assume_init()).collect(),
+                    values.iter().map(|v| v.assume_init()).collect(),
+                )
+            };
             for (k, &(row, v)) in want.iter().enumerate() {
                 let same = v.to_bits() == values[k].to_bits() || v.is_nan() && values[k].is_nan();
                 assert!(

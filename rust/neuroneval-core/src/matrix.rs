@@ -1,7 +1,7 @@
 //! A read-only strided view of a 2-D matrix of any supported element type.
 
 pub(crate) use crate::column_kernels::count_nonzeros;
-use crate::column_kernels::{compact_wide, transposed_blocks, COMPACT_SLACK};
+use crate::column_kernels::{compact_wide, transposed_blocks, Rows, Values, COMPACT_SLACK};
 use crate::error::{CoreError, Result};
 use crate::simd::prefetch;
 use rayon::prelude::*;
@@ -413,20 +413,25 @@ pub(crate) fn append_counted_nonzeros<E: Element>(
     // Compacted without a branch per value (a concept's nonzeros fall at random rows): by
     // vector compaction where the CPU has AVX-512 or AVX2 (`column_kernels`), else one at a
     // time with runs of 16 zeros skipped. The slack takes the writes past the last nonzero.
+    // (into the vectors' spare capacity: room zeroed first would cost a pass of its own)
     let start = index.len();
-    index.resize(start + nnz + COMPACT_SLACK, 0);
-    value.resize(start + nnz + COMPACT_SLACK, 0.0);
-    let (rows, values) = (&mut index[start..], &mut value[start..]);
+    index.reserve(nnz + COMPACT_SLACK);
+    value.reserve(nnz + COMPACT_SLACK);
+    let rows = &mut index.spare_capacity_mut()[..nnz + COMPACT_SLACK];
+    let values = &mut value.spare_capacity_mut()[..nnz + COMPACT_SLACK];
     let kept = compact_wide(column, row_offset as u32, rows, values)
         .unwrap_or_else(|| compact_portable(column, row_offset, rows, values));
-    debug_assert_eq!(kept, nnz);
-    index.truncate(start + nnz);
-    value.truncate(start + nnz);
+    assert_eq!(kept, nnz, "a column's nonzeros counted and compacted differ");
+    // SAFETY: the compaction wrote the first `kept` (= nnz) slots of both spare parts.
+    unsafe {
+        index.set_len(start + nnz);
+        value.set_len(start + nnz);
+    }
 }
 
 /// [`compact_wide`] one value at a time, with runs of 16 zeros skipped: returns the count.
 /// Both slices must hold it plus [`COMPACT_SLACK`].
-fn compact_portable<E: Element>(column: &[E], row_offset: usize, rows: &mut [u32], values: &mut [f64]) -> usize {
+fn compact_portable<E: Element>(column: &[E], row_offset: usize, rows: &mut Rows, values: &mut Values) -> usize {
     let mut kept = 0;
     for (r, run) in column.chunks(16).enumerate() {
         if run.iter().map(|v| (v.to_f64() != 0.0) as u32).sum::<u32>() == 0 {
@@ -435,8 +440,8 @@ fn compact_portable<E: Element>(column: &[E], row_offset: usize, rows: &mut [u32
         let first = (row_offset + r * 16) as u32;
         for (ii, &v) in run.iter().enumerate() {
             let v = v.to_f64();
-            rows[kept] = first + ii as u32;
-            values[kept] = v;
+            rows[kept].write(first + ii as u32);
+            values[kept].write(v);
             kept += (v != 0.0) as usize;
         }
     }
@@ -599,12 +604,14 @@ mod tests {
             assert_eq!(got, want, "n = {n}");
             assert_eq!(index[0].len(), value[0].len());
             // the loop of CPUs without AVX2, whatever this one has
-            let (mut rows, mut values) = (vec![0; n + COMPACT_SLACK], vec![0.0; n + COMPACT_SLACK]);
+            let mut rows = vec![std::mem::MaybeUninit::new(0); n + COMPACT_SLACK];
+            let mut values = vec![std::mem::MaybeUninit::new(0.0); n + COMPACT_SLACK];
             let kept = compact_portable(column, offset, &mut rows, &mut values);
+            // SAFETY: every slot was initialised above.
             let portable: Vec<(u32, u64)> = rows[..kept]
                 .iter()
                 .zip(&values[..kept])
-                .map(|(&i, v)| (i, v.to_bits()))
+                .map(|(i, v)| unsafe { (i.assume_init(), v.assume_init().to_bits()) })
                 .collect();
             assert_eq!(portable, want, "the portable loop, n = {n}");
         }
