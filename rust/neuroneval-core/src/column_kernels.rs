@@ -163,6 +163,22 @@ mod avx512 {
         crate::simd::has_avx512()
     }
 
+    /// 16 halves widened to floats by the CPU (exactly).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn load_f16(group: &[half::f16]) -> __m512 {
+        assert!(group.len() >= 16);
+        // SAFETY: the group holds at least 16 halves (32 bytes); unaligned loads are allowed.
+        _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(group.as_ptr() as *const __m256i) })
+    }
+
+    /// The lanes of 16 floats that are != 0 or NaN (unordered: `!= 0.0` keeps a NaN).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn keep_f32(v: __m512) -> __mmask16 {
+        _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(v, _mm512_setzero_ps())
+    }
+
     /// The number of values != 0 (NaN included) in a float32 column.
     #[target_feature(enable = "avx512f,popcnt")]
     pub(super) fn count_f32(column: &[f32]) -> usize {
@@ -170,9 +186,18 @@ mod avx512 {
         let mut count = 0;
         for group in &mut groups {
             // SAFETY: the group holds 16 floats; unaligned loads are allowed.
-            let v = unsafe { _mm512_loadu_ps(group.as_ptr()) };
-            count +=
-                _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(v, _mm512_setzero_ps()).count_ones() as usize;
+            count += keep_f32(unsafe { _mm512_loadu_ps(group.as_ptr()) }).count_ones() as usize;
+        }
+        count + super::count_portable(groups.remainder())
+    }
+
+    /// The number of values != 0 (NaN included) in a float16 column.
+    #[target_feature(enable = "avx512f,popcnt")]
+    pub(super) fn count_f16(column: &[half::f16]) -> usize {
+        let mut groups = column.chunks_exact(16);
+        let mut count = 0;
+        for group in &mut groups {
+            count += keep_f32(load_f16(group)).count_ones() as usize;
         }
         count + super::count_portable(groups.remainder())
     }
@@ -275,6 +300,32 @@ mod avx512 {
         kept + keep.count_ones() as usize
     }
 
+    /// Compacts a group of 16 floats (`v`, rows from `first`) at `kept`, widened; returns
+    /// the new count.
+    #[inline]
+    #[target_feature(enable = "avx512f,popcnt")]
+    fn compact_16(
+        v: __m512,
+        first: u32,
+        rows: &mut Rows,
+        values: &mut Values,
+        kept: usize,
+    ) -> usize {
+        let low = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+        let high = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+            _mm512_castps_pd(v),
+        )));
+        store_group(
+            keep_f32(v),
+            row_numbers(first),
+            low,
+            high,
+            rows,
+            values,
+            kept,
+        )
+    }
+
     /// [`super::compact_wide`] of float32 values (widened exactly, as `as f64` does).
     #[target_feature(enable = "avx512f,popcnt")]
     pub(super) fn compact_f32(
@@ -288,14 +339,37 @@ mod avx512 {
         for (g, group) in (&mut groups).enumerate() {
             // SAFETY: the group holds 16 floats; unaligned loads are allowed.
             let v = unsafe { _mm512_loadu_ps(group.as_ptr()) };
-            // not equal, or unordered: a NaN is kept, as `!= 0.0` keeps it
-            let keep = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(v, _mm512_setzero_ps());
-            let low = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-            let high = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
-                _mm512_castps_pd(v),
-            )));
-            let row = row_numbers(first_row + (g * 16) as u32);
-            kept = store_group(keep, row, low, high, rows, values, kept);
+            kept = compact_16(v, first_row + (g * 16) as u32, rows, values, kept);
+        }
+        let start = column.len() - groups.remainder().len();
+        super::compact_tail(
+            groups.remainder(),
+            first_row + start as u32,
+            rows,
+            values,
+            kept,
+        )
+    }
+
+    /// [`super::compact_wide`] of float16 values: widened to float32 by the CPU (exactly, as
+    /// [`crate::Element::to_f64`] widens them), then as [`compact_f32`].
+    #[target_feature(enable = "avx512f,popcnt")]
+    pub(super) fn compact_f16(
+        column: &[half::f16],
+        first_row: u32,
+        rows: &mut Rows,
+        values: &mut Values,
+    ) -> usize {
+        let mut kept = 0;
+        let mut groups = column.chunks_exact(16);
+        for (g, group) in (&mut groups).enumerate() {
+            kept = compact_16(
+                load_f16(group),
+                first_row + (g * 16) as u32,
+                rows,
+                values,
+                kept,
+            );
         }
         let start = column.len() - groups.remainder().len();
         super::compact_tail(
@@ -340,56 +414,8 @@ mod avx512 {
             kept,
         )
     }
-
-    /// The number of values != 0 (NaN included) in a float16 column (widened to float32
-    /// by the CPU, exactly).
-    #[target_feature(enable = "avx512f,popcnt")]
-    pub(super) fn count_f16(column: &[half::f16]) -> usize {
-        let mut groups = column.chunks_exact(16);
-        let mut count = 0;
-        for group in &mut groups {
-            // SAFETY: the group holds 16 halves (32 bytes); unaligned loads are allowed.
-            let v =
-                _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(group.as_ptr() as *const __m256i) });
-            count +=
-                _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(v, _mm512_setzero_ps()).count_ones() as usize;
-        }
-        count + super::count_portable(groups.remainder())
-    }
-
-    /// [`super::compact_wide`] of float16 values: widened to float32 by the CPU (exactly, as
-    /// [`crate::Element::to_f64`] widens them), then as [`compact_f32`].
-    #[target_feature(enable = "avx512f,popcnt")]
-    pub(super) fn compact_f16(
-        column: &[half::f16],
-        first_row: u32,
-        rows: &mut Rows,
-        values: &mut Values,
-    ) -> usize {
-        let mut kept = 0;
-        let mut groups = column.chunks_exact(16);
-        for (g, group) in (&mut groups).enumerate() {
-            // SAFETY: the group holds 16 halves (32 bytes); unaligned loads are allowed.
-            let v =
-                _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(group.as_ptr() as *const __m256i) });
-            let keep = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(v, _mm512_setzero_ps());
-            let low = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-            let high = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
-                _mm512_castps_pd(v),
-            )));
-            let row = row_numbers(first_row + (g * 16) as u32);
-            kept = store_group(keep, row, low, high, rows, values, kept);
-        }
-        let start = column.len() - groups.remainder().len();
-        super::compact_tail(
-            groups.remainder(),
-            first_row + start as u32,
-            rows,
-            values,
-            kept,
-        )
-    }
 }
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::{Rows, Values};
