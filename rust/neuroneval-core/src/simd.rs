@@ -40,3 +40,24 @@ pub(crate) fn prefetch<T>(p: *const T) {
 pub(crate) fn has_avx512() -> bool {
     std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("popcnt")
 }
+
+/// `x`, hidden from the optimiser: a mask built from it stays a mask, where the compiler
+/// would otherwise turn a select on it back into a branch (unpredictable ones cost more
+/// than the arithmetic).
+#[inline(always)]
+pub(crate) fn opaque(x: u64) -> u64 {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    {
+        let mut x = x;
+        // SAFETY: a template of one comment: no instruction, no memory touched; `x` is only marked
+        // as possibly changed.
+        unsafe {
+            std::arch::asm!("/* {0} */", inout(reg) x, options(pure, nomem, nostack, preserves_flags))
+        };
+        x
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        std::hint::black_box(x)
+    }
+}
