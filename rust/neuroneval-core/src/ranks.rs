@@ -50,8 +50,7 @@ pub fn rank_into(values: &[f64], r: &mut Ranking, scratch: &mut SortScratch) {
 }
 
 /// Which of a [`Ranking`]'s per-element outputs a caller reads, besides the tie sum (always
-/// there). An output not asked for may be there anyway (counting ranks write the midranks
-/// whatever is asked), or empty.
+/// there). An output not asked for is left empty (and costs no pass).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RankOutputs {
     /// `order` and `group_end`, for walks down the ranking.
@@ -264,35 +263,37 @@ fn counting_ranks(
         .sum();
     // descending positions start+1..=end average (start + 1 + end) / 2, as in `fix_tie_groups`
     let top = (n + 1) as f64 - midrank_offset;
-    resize_for_overwrite(&mut r.midrank, n);
     let bounds = |item: u64| {
         let b = bins.of(item);
         (starts[b], starts[b + 1])
     };
-    if outputs.at_least {
-        resize_for_overwrite(&mut r.at_least, n);
-        for ((m, g), &item) in r.midrank.iter_mut().zip(r.at_least.iter_mut()).zip(packed) {
-            let (start, end) = bounds(item);
-            *m = top - (start + 1 + end) as f64 / 2.0;
-            *g = end;
+    resize_outputs(r, n, outputs);
+    match (outputs.midrank, outputs.at_least) {
+        (true, true) => {
+            for ((m, g), &item) in r.midrank.iter_mut().zip(r.at_least.iter_mut()).zip(packed) {
+                let (start, end) = bounds(item);
+                *m = top - (start + 1 + end) as f64 / 2.0;
+                *g = end;
+            }
         }
-    } else {
-        r.at_least.clear();
-        for (m, &item) in r.midrank.iter_mut().zip(packed) {
-            let (start, end) = bounds(item);
-            *m = top - (start + 1 + end) as f64 / 2.0;
+        (true, false) => {
+            for (m, &item) in r.midrank.iter_mut().zip(packed) {
+                let (start, end) = bounds(item);
+                *m = top - (start + 1 + end) as f64 / 2.0;
+            }
         }
+        (false, true) => {
+            for (g, &item) in r.at_least.iter_mut().zip(packed) {
+                *g = bounds(item).1;
+            }
+        }
+        (false, false) => {}
     }
-    if !outputs.order {
-        r.order.clear();
-        r.group_end.clear();
-    } else {
+    if outputs.order {
         // a stable counting pass: ties keep input order, as the radix sort's
         let cursor = &mut scratch.cursor;
         cursor.clear();
         cursor.extend_from_slice(&starts[..bins.count]);
-        resize_for_overwrite(&mut r.order, n);
-        resize_for_overwrite(&mut r.group_end, n);
         for (i, &item) in packed.iter().enumerate() {
             let b = bins.of(item);
             let q = cursor[b] as usize;
@@ -583,23 +584,38 @@ mod tests {
                 assert_eq!(counted.at_least, sorted.at_least, "{name}");
                 assert_eq!(counted.order, sorted.order, "{name}");
                 assert_eq!(counted.group_end, sorted.group_end, "{name}");
-                // without the order: the same midranks, no order (over a ranking that held
-                // every output), then every output again over that
-                let mut bare = std::mem::take(&mut counted);
-                let outputs = RankOutputs {
-                    order: false,
-                    at_least: false,
-                    midrank: true,
-                };
-                rank_into_with(&values, &mut bare, &mut scratch, outputs, offset);
-                assert_eq!(bits(&bare.midrank), bits(&sorted.midrank), "{name}");
-                assert!(bare.order.is_empty() && bare.at_least.is_empty(), "{name}");
-                assert!(bare.group_end.is_empty(), "{name}");
-                rank_into_with(&values, &mut bare, &mut scratch, RankOutputs::ALL, offset);
-                assert_eq!(
-                    (&bare.order, &bare.group_end),
-                    (&sorted.order, &sorted.group_end)
-                );
+                // each set of outputs, over a ranking that held every output: what is asked
+                // for as above, the rest empty; then every output again over that
+                let mut reused = std::mem::take(&mut counted);
+                for set in 0..8 {
+                    let outputs = RankOutputs {
+                        order: set & 1 != 0,
+                        at_least: set & 2 != 0,
+                        midrank: set & 4 != 0,
+                    };
+                    rank_into_with(&values, &mut reused, &mut scratch, outputs, offset);
+                    let case = format!("{name}, {outputs:?}");
+                    let or_empty = |asked: bool, v: &[f64]| if asked { bits(v) } else { vec![] };
+                    let midrank = or_empty(outputs.midrank, &sorted.midrank);
+                    assert_eq!(bits(&reused.midrank), midrank, "{case}");
+                    let at_least = if outputs.at_least {
+                        &sorted.at_least[..]
+                    } else {
+                        &[]
+                    };
+                    assert_eq!(reused.at_least, at_least, "{case}");
+                    let (order, ends) = match outputs.order {
+                        true => (&sorted.order[..], &sorted.group_end[..]),
+                        false => (&[][..], &[][..]),
+                    };
+                    assert_eq!(
+                        (&reused.order[..], &reused.group_end[..]),
+                        (order, ends),
+                        "{case}"
+                    );
+                    assert_eq!(reused.tie_sum, sorted.tie_sum, "{case}");
+                    rank_into_with(&values, &mut reused, &mut scratch, RankOutputs::ALL, offset);
+                }
             }
         }
         // float32 values that span many bins take the radix path
