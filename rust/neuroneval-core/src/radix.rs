@@ -551,9 +551,10 @@ fn radix_sort<T: Copy + Default>(
 
 /// Up to this many items, keys of 25 to 33 bits (a float32's) take three 11-bit digits
 /// rather than four bytes: the 2,048 buckets' write positions no longer stay in L1, but
-/// while the items fit in L2 a pass fewer pays more (units of float32 normals on an AMD EPYC
-/// host: 9.5 against 10.3 ns per value to rank 50,000, 10.8-11.9 against 12.1-14.3 for
-/// 300,000; at 10^6 the bytes were 3-5% faster).
+/// while the items fit in L2 a pass fewer pays more (float32 normal units transformed for
+/// spearman on an AMD EPYC host: 9.5 against 10.3 ns per value at 50,000 inputs, 10.8-11.9
+/// against 12.1-14.3 at 300,000; at 10^6 the bytes were 3-5% faster: benches/README.md's
+/// log, 2026-12-07).
 const ELEVEN_BIT_DIGITS_MAX_ITEMS: usize = 1 << 19;
 
 /// Sorts integers below 2^span (span <= 22) ascending in place, by LSD passes from `items`
