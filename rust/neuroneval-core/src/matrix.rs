@@ -341,26 +341,7 @@ fn nonzeros_into_at<E: Element>(
     // Consecutive columns of a row-major matrix are one slice per row.
     let consecutive = !cols.is_empty() && cols.windows(2).all(|w| w[1] == w[0] + 1);
     if consecutive && view.col_stride == 1 && cols.len() > 1 {
-        // Tiles of rows, widened together into a buffer that stays in cache, then compacted
-        // column by column: the rows' lines are read once for all the columns, and no
-        // whole-column f64 copy is written. The tile's columns lie a cache line more than a
-        // power of two apart, so that the lines written for one row do not all map to one
-        // cache set.
-        const TILE_ROWS: usize = 1024;
-        const TILE_STRIDE: usize = TILE_ROWS + 8;
-        let mut tile = vec![0.0; cols.len() * TILE_STRIDE];
-        for start in (0..view.rows).step_by(TILE_ROWS) {
-            let rows = TILE_ROWS.min(view.rows - start);
-            let part = MatrixView {
-                data: &view.data[start * view.row_stride..],
-                rows,
-                ..*view
-            };
-            columns_into_at(&part, cols, &mut tile, TILE_STRIDE);
-            for (j, (index, value)) in index.iter_mut().zip(value.iter_mut()).take(cols.len()).enumerate() {
-                column_nonzeros(&tile[j * TILE_STRIDE..][..rows], row_offset + start, index, value);
-            }
-        }
+        consecutive_nonzeros(view, cols, index, value, row_offset, TileRead::Adaptive);
         return;
     }
     let span = cols.first().map_or(0..0, |&c| c..cols[cols.len() - 1] + 1);
@@ -625,22 +606,35 @@ mod tests {
         }
     }
 
-    /// Nonzeros of consecutive columns of a row-major matrix (read a tile of rows at a time)
-    /// against a plain filter of each column: several tiles and a part tile, zeros of both
-    /// signs, NaN, mostly-zero and dense columns, float16 and float64, a row offset, and
-    /// entries already in the outputs.
+    /// Nonzeros of consecutive columns of a row-major matrix (read a tile of rows at a time,
+    /// by columns, by rows, or as the density of the last tile picks) against a plain filter
+    /// of each column: several tiles and a part tile, zeros of both signs, NaN, mostly-zero
+    /// and dense columns, tiles of rows dense and sparse in turn (the adaptive read changes
+    /// its way twice), float16, float32 and float64, a row offset, and entries already in
+    /// the outputs.
     #[test]
     fn row_major_nonzeros_match_a_plain_filter() {
         let mut rng = crate::rng::SplitMix64::new(11);
         let mut next = || rng.next_f64();
         let (n, width) = (9000, 12);
-        // column j is nonzero with probability about j / width
+        // column j is nonzero with probability about j / width, except in rows 1024 to 4999,
+        // where about 1 value in 40 is
         let data: Vec<f64> = (0..n * width)
-            .map(|e| match (next() * width as f64) as usize {
-                k if k < e % width => (next() - 0.3) * 8.0,
-                0 => f64::NAN,
-                1 => -0.0,
-                _ => 0.0,
+            .map(|e| {
+                let sparse = (1024..5000).contains(&(e / width));
+                // (a NaN is a nonzero: rarer where the rows are sparse)
+                let draw = (next() * if sparse { 200.0 } else { width as f64 }) as usize;
+                let nonzero = if sparse {
+                    next() < 0.02
+                } else {
+                    draw < e % width
+                };
+                match draw {
+                    _ if nonzero => (next() - 0.3) * 8.0,
+                    0 => f64::NAN,
+                    1 => -0.0,
+                    _ => 0.0,
+                }
             })
             .collect();
         fn check<E: Element>(
@@ -652,33 +646,47 @@ mod tests {
         ) {
             let view = MatrixView::new(data, n, width, width, 1).unwrap();
             let cols: Vec<usize> = cols.collect();
-            let mut index = vec![vec![3u32]; cols.len()];
-            let mut value = vec![vec![0.25f64]; cols.len()];
-            view.nonzeros_into_at(&cols, &mut index, &mut value, offset);
-            for (j, &c) in cols.iter().enumerate() {
-                let want: Vec<(u32, u64)> = (0..n)
-                    .map(|i| data[i * width + c].to_f64())
-                    .enumerate()
-                    .filter(|(_, v)| *v != 0.0)
-                    .map(|(i, v)| ((i + offset) as u32, v.to_bits()))
-                    .collect();
-                let got: Vec<(u32, u64)> = index[j][1..]
-                    .iter()
-                    .zip(&value[j][1..])
-                    .map(|(&i, v)| (i, v.to_bits()))
-                    .collect();
-                assert_eq!(
-                    (index[j][0], value[j][0]),
-                    (3, 0.25),
-                    "what was there stays"
-                );
-                assert_eq!(got, want, "column {c}");
+            for read in [
+                None,
+                Some(TileRead::Adaptive),
+                Some(TileRead::Rows),
+                Some(TileRead::Columns),
+            ] {
+                let mut index = vec![vec![3u32]; cols.len()];
+                let mut value = vec![vec![0.25f64]; cols.len()];
+                match read {
+                    None => view.nonzeros_into_at(&cols, &mut index, &mut value, offset),
+                    Some(read) => {
+                        consecutive_nonzeros(&view, &cols, &mut index, &mut value, offset, read)
+                    }
+                }
+                for (j, &c) in cols.iter().enumerate() {
+                    let want: Vec<(u32, u64)> = (0..n)
+                        .map(|i| data[i * width + c].to_f64())
+                        .enumerate()
+                        .filter(|(_, v)| *v != 0.0)
+                        .map(|(i, v)| ((i + offset) as u32, v.to_bits()))
+                        .collect();
+                    let got: Vec<(u32, u64)> = index[j][1..]
+                        .iter()
+                        .zip(&value[j][1..])
+                        .map(|(&i, v)| (i, v.to_bits()))
+                        .collect();
+                    assert_eq!(
+                        (index[j][0], value[j][0]),
+                        (3, 0.25),
+                        "what was there stays"
+                    );
+                    assert_eq!(got, want, "column {c}, {read:?}");
+                }
             }
         }
         let f16s: Vec<half::f16> = data.iter().map(|&v| half::f16::from_f64(v)).collect();
+        let f32s: Vec<f32> = data.iter().map(|&v| v as f32).collect();
         for cols in [0..width, 3..11, 5..7] {
             check(&data, n, width, cols.clone(), 0);
-            check(&f16s, n, width, cols, 700);
+            check(&f16s, n, width, cols.clone(), 700);
+            check(&f32s, n, width, cols, 3);
         }
     }
 
@@ -762,5 +770,109 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(view.check_finite("x", &[1]).is_ok());
+    }
+}
+
+/// How [`consecutive_nonzeros`] reads a tile of rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TileRead {
+    /// By columns, then by rows while the last tile had fewer nonzeros than
+    /// 1 / [`ROWS_BELOW_DENSITY_INVERSE`] of its values.
+    Adaptive,
+    /// Row by row ([`nonzeros_of_row`]).
+    Rows,
+    /// Widened into a column-major tile, then compacted column by column (taken alone by
+    /// the tests only: the adaptive read starts so).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Columns,
+}
+
+/// Up to a tenth of nonzeros, a tile's nonzeros are found row by row: binary concepts of
+/// 50,000 inputs, 1,000 of them, on one thread: 42-50 against 85-89 ms at 1% positives,
+/// 59-61 against 100-104 at 2%, 182-191 against 214-225 at 10%, but 369-384 against 281-282
+/// at 20% (each nonzero then costs a push to its column's entries; benches/README.md's log,
+/// 2026-12-07).
+const ROWS_BELOW_DENSITY_INVERSE: usize = 10;
+
+/// [`MatrixView::nonzeros_into_at`] for `cols`, consecutive columns of a row-major matrix
+/// (more than one), a tile of rows at a time: both reads give each column its entries in
+/// row order with the same values, so `read` changes no result.
+fn consecutive_nonzeros<E: Element>(
+    view: &MatrixView<'_, E>,
+    cols: &[usize],
+    index: &mut [Vec<u32>],
+    value: &mut [Vec<f64>],
+    row_offset: usize,
+    read: TileRead,
+) {
+    // By columns, the tile's rows are widened together into a buffer that stays in cache,
+    // then compacted column by column: the rows' lines are read once for all the columns,
+    // and no whole-column f64 copy is written. The tile's columns lie a cache line more
+    // than a power of two apart, so that the lines written for one row do not all map to
+    // one cache set.
+    const TILE_ROWS: usize = 1024;
+    const TILE_STRIDE: usize = TILE_ROWS + 8;
+    let (index, value) = (&mut index[..cols.len()], &mut value[..cols.len()]);
+    let span = cols[0]..cols[cols.len() - 1] + 1;
+    let mut tile = Vec::new();
+    let mut found = (Vec::new(), Vec::new());
+    let mut by_rows = read == TileRead::Rows;
+    for start in (0..view.rows).step_by(TILE_ROWS) {
+        let rows = TILE_ROWS.min(view.rows - start);
+        let before: usize = index.iter().map(Vec::len).sum();
+        if by_rows {
+            for i in start..start + rows {
+                // rows lie apart, each in pages of its own, where the hardware does not
+                // fetch ahead: ask for the row 4 ahead, line by line
+                let ahead = (i + 4) * view.row_stride + span.start;
+                for line in (0..span.len()).step_by(64 / std::mem::size_of::<E>()) {
+                    prefetch(view.data.as_ptr().wrapping_add(ahead + line));
+                }
+                let segment = view
+                    .row_segment(i, span.clone())
+                    .expect("a row-major segment");
+                nonzeros_of_row(segment, (i + row_offset) as u32, index, value, &mut found);
+            }
+        } else {
+            tile.resize(cols.len() * TILE_STRIDE, 0.0);
+            let part = MatrixView {
+                data: &view.data[start * view.row_stride..],
+                rows,
+                ..*view
+            };
+            columns_into_at(&part, cols, &mut tile, TILE_STRIDE);
+            for (j, (index, value)) in index.iter_mut().zip(value.iter_mut()).enumerate() {
+                let column = &tile[j * TILE_STRIDE..][..rows];
+                column_nonzeros(column, row_offset + start, index, value);
+            }
+        }
+        if read == TileRead::Adaptive {
+            let found_here = index.iter().map(Vec::len).sum::<usize>() - before;
+            by_rows = found_here * ROWS_BELOW_DENSITY_INVERSE < rows * cols.len();
+        }
+    }
+}
+
+/// One row's nonzeros (NaN included) appended to their columns' entries: counted and
+/// compacted by the vector kernels into `found` (positions in the row, values), then each
+/// pushed to its column.
+fn nonzeros_of_row<E: Element>(
+    segment: &[E],
+    row: u32,
+    index: &mut [Vec<u32>],
+    value: &mut [Vec<f64>],
+    found: &mut (Vec<u32>, Vec<f64>),
+) {
+    let nnz = count_nonzeros(segment);
+    if nnz == 0 {
+        return;
+    }
+    let (at, values) = found;
+    at.clear();
+    values.clear();
+    append_counted_nonzeros(segment, nnz, 0, at, values);
+    for (&j, &v) in at.iter().zip(values.iter()) {
+        index[j as usize].push(row);
+        value[j as usize].push(v);
     }
 }
