@@ -854,13 +854,8 @@ mod tests {
     #[test]
     fn both_ap_walks_agree_bit_for_bit() {
         let (n, t) = (2000, 6);
-        let mut s = 11u64;
-        let mut next = || {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (s >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut rng = crate::rng::SplitMix64::new(11);
+        let mut next = || rng.next_f64();
         // concepts of 0 to 40% positives (one with none: its AP is NaN on both walks)
         let density = [0.4, 0.1, 0.01, 0.0, 0.25, 0.05];
         let c: Vec<f64> = (0..n * t)
