@@ -511,6 +511,110 @@ fn check_finite<E: Element>(
     Ok(())
 }
 
+/// How [`consecutive_nonzeros`] reads a tile of rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TileRead {
+    /// By columns, then by rows while the last tile had fewer nonzeros than
+    /// 1 / [`ROWS_BELOW_DENSITY_INVERSE`] of its values.
+    Adaptive,
+    /// Row by row ([`nonzeros_of_row`]).
+    Rows,
+    /// Widened into a column-major tile, then compacted column by column (taken alone by
+    /// the tests only: the adaptive read starts so).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Columns,
+}
+
+/// Up to a tenth of nonzeros, a tile's nonzeros are found row by row: binary concepts of
+/// 50,000 inputs, 1,000 of them, on one thread: 42-50 against 85-89 ms at 1% positives,
+/// 59-61 against 100-104 at 2%, 182-191 against 214-225 at 10%, but 369-384 against 281-282
+/// at 20% (each nonzero then costs a push to its column's entries; benches/README.md's log,
+/// 2026-12-07).
+const ROWS_BELOW_DENSITY_INVERSE: usize = 10;
+
+/// [`MatrixView::nonzeros_into_at`] for `cols`, consecutive columns of a row-major matrix
+/// (more than one), a tile of rows at a time: both reads give each column its entries in
+/// row order with the same values, so `read` changes no result.
+fn consecutive_nonzeros<E: Element>(
+    view: &MatrixView<'_, E>,
+    cols: &[usize],
+    index: &mut [Vec<u32>],
+    value: &mut [Vec<f64>],
+    row_offset: usize,
+    read: TileRead,
+) {
+    // By columns, the tile's rows are widened together into a buffer that stays in cache,
+    // then compacted column by column: the rows' lines are read once for all the columns,
+    // and no whole-column f64 copy is written. The tile's columns lie a cache line more
+    // than a power of two apart, so that the lines written for one row do not all map to
+    // one cache set.
+    const TILE_ROWS: usize = 1024;
+    const TILE_STRIDE: usize = TILE_ROWS + 8;
+    let (index, value) = (&mut index[..cols.len()], &mut value[..cols.len()]);
+    let span = cols[0]..cols[cols.len() - 1] + 1;
+    let mut tile = Vec::new();
+    let mut found = (Vec::new(), Vec::new());
+    let mut by_rows = read == TileRead::Rows;
+    for start in (0..view.rows).step_by(TILE_ROWS) {
+        let rows = TILE_ROWS.min(view.rows - start);
+        let before: usize = index.iter().map(Vec::len).sum();
+        if by_rows {
+            for i in start..start + rows {
+                // rows lie apart, each in pages of its own, where the hardware does not
+                // fetch ahead: ask for the row 4 ahead, line by line
+                let ahead = (i + 4) * view.row_stride + span.start;
+                for line in (0..span.len()).step_by(64 / std::mem::size_of::<E>()) {
+                    prefetch(view.data.as_ptr().wrapping_add(ahead + line));
+                }
+                let segment = view
+                    .row_segment(i, span.clone())
+                    .expect("a row-major segment");
+                nonzeros_of_row(segment, (i + row_offset) as u32, index, value, &mut found);
+            }
+        } else {
+            tile.resize(cols.len() * TILE_STRIDE, 0.0);
+            let part = MatrixView {
+                data: &view.data[start * view.row_stride..],
+                rows,
+                ..*view
+            };
+            columns_into_at(&part, cols, &mut tile, TILE_STRIDE);
+            for (j, (index, value)) in index.iter_mut().zip(value.iter_mut()).enumerate() {
+                let column = &tile[j * TILE_STRIDE..][..rows];
+                column_nonzeros(column, row_offset + start, index, value);
+            }
+        }
+        if read == TileRead::Adaptive {
+            let found_here = index.iter().map(Vec::len).sum::<usize>() - before;
+            by_rows = found_here * ROWS_BELOW_DENSITY_INVERSE < rows * cols.len();
+        }
+    }
+}
+
+/// One row's nonzeros (NaN included) appended to their columns' entries: counted and
+/// compacted by the vector kernels into `found` (positions in the row, values), then each
+/// pushed to its column.
+fn nonzeros_of_row<E: Element>(
+    segment: &[E],
+    row: u32,
+    index: &mut [Vec<u32>],
+    value: &mut [Vec<f64>],
+    found: &mut (Vec<u32>, Vec<f64>),
+) {
+    let nnz = count_nonzeros(segment);
+    if nnz == 0 {
+        return;
+    }
+    let (at, values) = found;
+    at.clear();
+    values.clear();
+    append_counted_nonzeros(segment, nnz, 0, at, values);
+    for (&j, &v) in at.iter().zip(values.iter()) {
+        index[j as usize].push(row);
+        value[j as usize].push(v);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -770,109 +874,5 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(view.check_finite("x", &[1]).is_ok());
-    }
-}
-
-/// How [`consecutive_nonzeros`] reads a tile of rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TileRead {
-    /// By columns, then by rows while the last tile had fewer nonzeros than
-    /// 1 / [`ROWS_BELOW_DENSITY_INVERSE`] of its values.
-    Adaptive,
-    /// Row by row ([`nonzeros_of_row`]).
-    Rows,
-    /// Widened into a column-major tile, then compacted column by column (taken alone by
-    /// the tests only: the adaptive read starts so).
-    #[cfg_attr(not(test), allow(dead_code))]
-    Columns,
-}
-
-/// Up to a tenth of nonzeros, a tile's nonzeros are found row by row: binary concepts of
-/// 50,000 inputs, 1,000 of them, on one thread: 42-50 against 85-89 ms at 1% positives,
-/// 59-61 against 100-104 at 2%, 182-191 against 214-225 at 10%, but 369-384 against 281-282
-/// at 20% (each nonzero then costs a push to its column's entries; benches/README.md's log,
-/// 2026-12-07).
-const ROWS_BELOW_DENSITY_INVERSE: usize = 10;
-
-/// [`MatrixView::nonzeros_into_at`] for `cols`, consecutive columns of a row-major matrix
-/// (more than one), a tile of rows at a time: both reads give each column its entries in
-/// row order with the same values, so `read` changes no result.
-fn consecutive_nonzeros<E: Element>(
-    view: &MatrixView<'_, E>,
-    cols: &[usize],
-    index: &mut [Vec<u32>],
-    value: &mut [Vec<f64>],
-    row_offset: usize,
-    read: TileRead,
-) {
-    // By columns, the tile's rows are widened together into a buffer that stays in cache,
-    // then compacted column by column: the rows' lines are read once for all the columns,
-    // and no whole-column f64 copy is written. The tile's columns lie a cache line more
-    // than a power of two apart, so that the lines written for one row do not all map to
-    // one cache set.
-    const TILE_ROWS: usize = 1024;
-    const TILE_STRIDE: usize = TILE_ROWS + 8;
-    let (index, value) = (&mut index[..cols.len()], &mut value[..cols.len()]);
-    let span = cols[0]..cols[cols.len() - 1] + 1;
-    let mut tile = Vec::new();
-    let mut found = (Vec::new(), Vec::new());
-    let mut by_rows = read == TileRead::Rows;
-    for start in (0..view.rows).step_by(TILE_ROWS) {
-        let rows = TILE_ROWS.min(view.rows - start);
-        let before: usize = index.iter().map(Vec::len).sum();
-        if by_rows {
-            for i in start..start + rows {
-                // rows lie apart, each in pages of its own, where the hardware does not
-                // fetch ahead: ask for the row 4 ahead, line by line
-                let ahead = (i + 4) * view.row_stride + span.start;
-                for line in (0..span.len()).step_by(64 / std::mem::size_of::<E>()) {
-                    prefetch(view.data.as_ptr().wrapping_add(ahead + line));
-                }
-                let segment = view
-                    .row_segment(i, span.clone())
-                    .expect("a row-major segment");
-                nonzeros_of_row(segment, (i + row_offset) as u32, index, value, &mut found);
-            }
-        } else {
-            tile.resize(cols.len() * TILE_STRIDE, 0.0);
-            let part = MatrixView {
-                data: &view.data[start * view.row_stride..],
-                rows,
-                ..*view
-            };
-            columns_into_at(&part, cols, &mut tile, TILE_STRIDE);
-            for (j, (index, value)) in index.iter_mut().zip(value.iter_mut()).enumerate() {
-                let column = &tile[j * TILE_STRIDE..][..rows];
-                column_nonzeros(column, row_offset + start, index, value);
-            }
-        }
-        if read == TileRead::Adaptive {
-            let found_here = index.iter().map(Vec::len).sum::<usize>() - before;
-            by_rows = found_here * ROWS_BELOW_DENSITY_INVERSE < rows * cols.len();
-        }
-    }
-}
-
-/// One row's nonzeros (NaN included) appended to their columns' entries: counted and
-/// compacted by the vector kernels into `found` (positions in the row, values), then each
-/// pushed to its column.
-fn nonzeros_of_row<E: Element>(
-    segment: &[E],
-    row: u32,
-    index: &mut [Vec<u32>],
-    value: &mut [Vec<f64>],
-    found: &mut (Vec<u32>, Vec<f64>),
-) {
-    let nnz = count_nonzeros(segment);
-    if nnz == 0 {
-        return;
-    }
-    let (at, values) = found;
-    at.clear();
-    values.clear();
-    append_counted_nonzeros(segment, nnz, 0, at, values);
-    for (&j, &v) in at.iter().zip(values.iter()) {
-        index[j as usize].push(row);
-        value[j as usize].push(v);
     }
 }

@@ -523,8 +523,8 @@ fn drop_common_low_bits<T: Copy>(
 /// their `span` lowest bits. Those take 8-bit digits (256 buckets: every bucket's write
 /// position stays in L1), or, when at most 22 bits vary (float16 or bfloat16 values, small
 /// integers), 11-bit digits: two passes instead of three; float32 keys of up to
-/// [`ELEVEN_BIT_DIGITS_MAX_ITEMS`] items too (three instead of four). A digit on which every key agrees
-/// is skipped. The counts come from one pass into two tables that take alternate items:
+/// [`ELEVEN_BIT_DIGITS_MAX_ITEMS`] items too (three instead of four). A digit on which every
+/// key agrees is skipped. The counts come from one pass into two tables that take alternate items:
 /// with few distinct digits (ties), consecutive items of one table would wait on each
 /// other's counter updates. The last pass calls `place(q, item)` as it writes each item at
 /// its final position q (a ranking then needs no pass of its own to learn the positions).
@@ -925,13 +925,11 @@ mod tests {
     /// position reported as it is written.
     #[test]
     fn both_digit_widths_sort_wide_keys_alike() {
-        let mut state = 99u64;
+        let mut rng = crate::rng::SplitMix64::new(99);
         for span in [25u32, 32] {
             let items: Vec<u64> = (0..3001u64)
                 .map(|i| {
-                    state = state
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
+                    let state = rng.next_u64();
                     // a tenth of the keys from a few values (ties), the rest spread
                     let key = if state.is_multiple_of(10) {
                         state >> 62

@@ -267,19 +267,18 @@ fn counting_ranks(
         let b = bins.of(item);
         (starts[b], starts[b + 1])
     };
+    let midrank = |(start, end): (u32, u32)| top - (start + 1 + end) as f64 / 2.0;
     resize_outputs(r, n, outputs);
     match (outputs.midrank, outputs.at_least) {
         (true, true) => {
             for ((m, g), &item) in r.midrank.iter_mut().zip(r.at_least.iter_mut()).zip(packed) {
-                let (start, end) = bounds(item);
-                *m = top - (start + 1 + end) as f64 / 2.0;
-                *g = end;
+                let group = bounds(item);
+                (*m, *g) = (midrank(group), group.1);
             }
         }
         (true, false) => {
             for (m, &item) in r.midrank.iter_mut().zip(packed) {
-                let (start, end) = bounds(item);
-                *m = top - (start + 1 + end) as f64 / 2.0;
+                *m = midrank(bounds(item));
             }
         }
         (false, true) => {
