@@ -292,7 +292,7 @@ fn score_block(
     let Workspace {
         profiles, labels, ..
     } = &mut *w;
-    score_profiles(profiles, concepts, job, labels, outs);
+    score_profiles(&profiles[..units.len()], concepts, job, labels, outs);
 }
 
 /// How a block's units are read from the source and transformed, chosen once per block.
@@ -408,8 +408,7 @@ struct LabelScratch {
 impl Workspace {
     /// The block's profiles, read and transformed by `path`.
     fn transform(&mut self, block: &BlockUnits<'_>, path: ReadPath) {
-        self.profiles
-            .resize_with(block.units.len(), UnitProfile::default);
+        grow_to(&mut self.profiles, block.units.len());
         let read = match path {
             ReadPath::Dense => {
                 let all: Vec<usize> = (0..block.units.len()).collect();
@@ -481,8 +480,9 @@ impl Workspace {
             ..
         } = self;
         let (n, spec, count) = (block.n(), block.job.spec(), block.units.len());
-        unit_rows.resize_with(count, Vec::new);
-        unit_values.resize_with(count, Vec::new);
+        grow_to(unit_rows, count);
+        grow_to(unit_values, count);
+        let (unit_rows, unit_values) = (&mut unit_rows[..count], &mut unit_values[..count]);
         for (r, v) in unit_rows.iter_mut().zip(unit_values.iter_mut()) {
             r.clear();
             v.clear();
@@ -529,6 +529,15 @@ impl Workspace {
             }
         }
         self.read_dense(block, &rest)
+    }
+}
+
+/// Lengthens `slots` to at least `count` with empty ones; never shortens it, so that a
+/// smaller block (a call's last) does not free buffers that the next block would fault in
+/// again page by page.
+fn grow_to<T: Default>(slots: &mut Vec<T>, count: usize) {
+    if slots.len() < count {
+        slots.resize_with(count, T::default);
     }
 }
 

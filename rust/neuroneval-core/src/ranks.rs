@@ -382,31 +382,37 @@ pub fn ap_with_tail(at_least: &mut [u32], n_pos: usize, tail_count: usize, tail_
 /// to `extra_at`; as the tail when it is at least every size): the prediction sets in turn,
 /// each tie group's positives at once (cnt * TP / size).
 pub fn ap_of_sorted(at_least: &[u32], extra_at: usize, extra_count: usize, n_pos: usize) -> f64 {
-    let mut ap = 0.0;
-    // (a count, held as a float: exact below 2^53, and no conversion per group)
-    let mut tp = 0.0;
-    let mut extra = (extra_count > 0).then_some((extra_at, extra_count));
-    let mut add = |cnt: usize, g: usize, ap: &mut f64| {
-        tp += exact_f64(cnt);
-        *ap += exact_f64(cnt) * tp * group_weight(g);
+    // the extra group goes after the groups of sizes up to `extra_at`
+    let split = if extra_count > 0 {
+        at_least.partition_point(|&g| g as usize <= extra_at)
+    } else {
+        at_least.len()
     };
-    let mut j = 0;
-    while j < at_least.len() {
-        let g = at_least[j];
-        if let Some((at, cnt)) = extra.take_if(|&mut (at, _)| at < g as usize) {
-            add(cnt, at, &mut ap);
-        }
-        let mut cnt = 0;
-        while j < at_least.len() && at_least[j] == g {
-            cnt += 1;
-            j += 1;
-        }
-        add(cnt, g as usize, &mut ap);
+    let (before, after) = at_least.split_at(split);
+    let mut sum = sorted_groups_sum(before, 0, 0.0);
+    if extra_count > 0 {
+        let tp = exact_f64(split + extra_count);
+        sum += exact_f64(extra_count) * tp * group_weight(extra_at);
     }
-    if let Some((at, cnt)) = extra {
-        add(cnt, at, &mut ap);
+    sum = sorted_groups_sum(after, split + extra_count, sum);
+    finish_ap(sum, n_pos)
+}
+
+/// `sum` plus the term cnt * TP / size of each tie group of sorted `at_least`, in order,
+/// with `before` positives ahead of them. Every item computes its group's term so far and
+/// only a group's last adds it (the others add +0.0, which changes no bit): no branch on a
+/// group's length, which float16 units' short, uneven runs of ties mispredict.
+fn sorted_groups_sum(at_least: &[u32], before: usize, mut sum: f64) -> f64 {
+    let mut start = 0;
+    for (j, &g) in at_least.iter().enumerate() {
+        let next = at_least.get(j + 1).map_or(!g, |&x| x);
+        // all ones at a group's last item; hidden from the optimiser, which would branch on it
+        let ends = crate::simd::opaque(u64::from(g != next)).wrapping_neg();
+        let term = exact_f64(j + 1 - start) * exact_f64(before + j + 1) * group_weight(g as usize);
+        sum += f64::from_bits(term.to_bits() & ends);
+        start = if ends != 0 { j + 1 } else { start };
     }
-    finish_ap(ap, n_pos)
+    sum
 }
 
 /// AP from the sum over thresholds: divided by the positives, NaN without any.
@@ -725,5 +731,60 @@ mod tests {
         // scores 0.9 (pos), 0.5 (pos), 0.5 (neg): thresholds {0.9}: P=1, R=.5; {0.5}: P=2/3, R=1
         let ap = average_precision(&[true, true, false], &[0.9, 0.5, 0.5]);
         assert!((ap - (0.5 + 0.5 * 2.0 / 3.0)).abs() < 1e-15);
+    }
+
+    /// [`ap_of_sorted`] group by group with a branch per group, the extra group merged in
+    /// where a sorted list would hold it: the same terms in the same order.
+    fn ap_of_sorted_by_groups(
+        at_least: &[u32],
+        extra_at: usize,
+        extra: usize,
+        n_pos: usize,
+    ) -> f64 {
+        let mut groups: Vec<(usize, usize)> = Vec::new();
+        for &g in at_least {
+            match groups.last_mut() {
+                Some((size, cnt)) if *size == g as usize => *cnt += 1,
+                _ => groups.push((g as usize, 1)),
+            }
+        }
+        if extra > 0 {
+            let at = groups.partition_point(|&(size, _)| size <= extra_at);
+            groups.insert(at, (extra_at, extra));
+        }
+        let (mut sum, mut tp) = (0.0, 0.0);
+        for (size, cnt) in groups {
+            tp += cnt as f64;
+            sum += cnt as f64 * tp * (1.0 / size as f64);
+        }
+        finish_ap(sum, n_pos)
+    }
+
+    #[test]
+    fn ap_of_sorted_matches_the_group_by_group_sum() {
+        let mut rng = crate::rng::SplitMix64::new(11);
+        for case in 0..400 {
+            let len = rng.below(300);
+            // from every item its own group to a few groups holding all
+            let span = 1 + rng.below(if case % 2 == 0 { 4 } else { 2000 });
+            let mut at_least: Vec<u32> = (0..len).map(|_| 1 + rng.below(span) as u32).collect();
+            at_least.sort_unstable();
+            let extra = if case % 3 == 0 { 0 } else { 1 + rng.below(50) };
+            // before every group, at a group's own size, between, past the last
+            let extra_at = match case % 4 {
+                0 => 0,
+                1 => at_least.get(len / 2).map_or(5, |&g| g as usize),
+                2 => rng.below(span + 2),
+                _ => span + 10,
+            };
+            let n_pos = len + extra;
+            let got = ap_of_sorted(&at_least, extra_at, extra, n_pos);
+            let want = ap_of_sorted_by_groups(&at_least, extra_at, extra, n_pos);
+            assert_eq!(
+                got.to_bits(),
+                want.to_bits(),
+                "case {case}: {got} vs {want}"
+            );
+        }
     }
 }
