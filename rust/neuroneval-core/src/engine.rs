@@ -5,7 +5,6 @@ use std::sync::{Mutex, OnceLock};
 
 use rayon::prelude::*;
 
-use crate::column_kernels::COMPACT_SLACK;
 use crate::concepts::{ConceptSet, RowIndex};
 use crate::error::{CoreError, Result};
 use crate::matrix::{append_counted_nonzeros, count_nonzeros};
@@ -455,8 +454,8 @@ impl Workspace {
             // counted first (one vectorised read), so that a dense unit is not copied
             let nnz = count_nonzeros(a);
             let built = sparse_enough(nnz, n) && {
-                empty_with_room(rows, n);
-                empty_with_room(values, n);
+                rows.clear();
+                values.clear();
                 append_counted_nonzeros(a, nnz, 0, rows, values);
                 let entries = UnitEntries { n, rows, values };
                 profiles[b].rebuild_sparse(entries, block.unit(b), spec, sort)
@@ -485,8 +484,8 @@ impl Workspace {
         grow_to(unit_values, count);
         let (unit_rows, unit_values) = (&mut unit_rows[..count], &mut unit_values[..count]);
         for (r, v) in unit_rows.iter_mut().zip(unit_values.iter_mut()) {
-            empty_with_room(r, n);
-            empty_with_room(v, n);
+            r.clear();
+            v.clear();
         }
         block
             .activations
@@ -517,8 +516,8 @@ impl Workspace {
         let mut rest = Vec::new();
         for (b, &u) in block.units.iter().enumerate() {
             let (rows, values) = (&mut self.entry_rows, &mut self.entry_values);
-            empty_with_room(rows, n);
-            empty_with_room(values, n);
+            rows.clear();
+            values.clear();
             let one = (std::slice::from_mut(rows), std::slice::from_mut(values));
             block.activations.nonzeros_into(&[u], one.0, one.1);
             let built = rows.len() < n && {
@@ -540,14 +539,6 @@ fn grow_to<T: Default>(slots: &mut Vec<T>, count: usize) {
     if slots.len() < count {
         slots.resize_with(count, T::default);
     }
-}
-
-/// Empties `entries` with room for a whole column of `n` (and the compaction's slack), so
-/// that the buffers passed from unit to unit never grow on a denser one: each growth is a
-/// fresh allocation, faulted in page by page, and a copy.
-fn empty_with_room<T>(entries: &mut Vec<T>, n: usize) {
-    entries.clear();
-    entries.reserve_exact(n + COMPACT_SLACK);
 }
 
 /// Where a block's products (cov, dot, rank_cov) come from, chosen once per block.
