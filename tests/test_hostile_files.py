@@ -603,6 +603,40 @@ def test_ctrl_c_that_an_import_turns_into_an_import_error_is_exit_130() -> None:
     assert child.returncode == 1 and "ImportError: a broken install" in child.stderr
 
 
+_INTERRUPTED_CLASS_STATEMENT = """
+import os, signal, sys, time
+
+class Field:
+    def __set_name__(self, owner, name):  # as a dataclass field's does
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+
+class Interrupted:
+    def find_spec(self, name, path=None, target=None):
+        if name == "neuroneval.cli.app":
+            class Comparison:
+                settings = Field()
+        return None
+
+sys.meta_path.insert(0, Interrupted())
+from neuroneval.cli import main
+sys.exit(main(["--version"]))
+"""
+
+
+def test_ctrl_c_inside_a_class_statement_is_exit_130() -> None:
+    """Ctrl-C inside a descriptor's __set_name__ while a module defines a class reaches us as
+    Python 3.11's RuntimeError("Error calling __set_name__ ..."): one line and exit 130. Without
+    Ctrl-C, that RuntimeError is not taken for one."""
+    child = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED_CLASS_STATEMENT], capture_output=True, text=True, timeout=60
+    )
+    assert (child.returncode, child.stderr) == (130, "neuroneval: interrupted\n")
+    broken = _INTERRUPTED_CLASS_STATEMENT.replace("os.kill(os.getpid(), signal.SIGINT)", 'raise LookupError("a bug")')
+    child = subprocess.run([sys.executable, "-c", broken], capture_output=True, text=True, timeout=60)
+    assert child.returncode == 1 and "LookupError: a bug" in child.stderr, child.stderr
+
+
 _INTERRUPTED_CALLBACK = """
 import os, signal, sys, time, weakref
 

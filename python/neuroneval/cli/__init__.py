@@ -183,9 +183,10 @@ def main(argv: list[str] | None = None) -> int:
         return run(argv)
     except KeyboardInterrupt:
         return _interrupted()
-    except ImportError:
-        # Ctrl-C inside a C extension's import (numpy's, torch's) reaches us as the ImportError
-        # that the extension made of it
+    except Exception:
+        # Ctrl-C can reach us as another exception made of it: the ImportError of a C
+        # extension's import (numpy's, torch's), the RuntimeError of a class statement whose
+        # __set_name__ it interrupted (a dataclass field's, Python 3.11)
         if interrupted():
             return _interrupted()
         raise
