@@ -585,35 +585,58 @@ fn lsd_u32<const WIDTH: u32, const BUCKETS: usize, const DIGITS: usize>(
     buffer: &mut Vec<u32>,
     span: u32,
 ) {
-    let n = items.len();
+    // the digits used, fixed at compile time in each loop below
+    match (span.div_ceil(WIDTH) as usize).clamp(1, DIGITS) {
+        1 => lsd_u32_digits::<WIDTH, BUCKETS, 1>(items, buffer),
+        2 => lsd_u32_digits::<WIDTH, BUCKETS, 2>(items, buffer),
+        _ => lsd_u32_digits::<WIDTH, BUCKETS, 3>(items, buffer),
+    }
+}
+
+/// [`lsd_u32`] with its `USED` (1 to 3) lowest digits: one count table per digit, the digits
+/// fixed at compile time and the writes unchecked. Runs of 10,000 items sorted 1.2-1.8 times
+/// as fast as with a table of tables, the digits counted at run time and checked writes
+/// (an AMD EPYC host; benches/README.md's log, 2026-12-07).
+fn lsd_u32_digits<const WIDTH: u32, const BUCKETS: usize, const USED: usize>(
+    items: &mut [u32],
+    buffer: &mut Vec<u32>,
+) {
     let digit = |x: u32, d: usize| (x >> (WIDTH * d as u32)) as usize & (BUCKETS - 1);
-    let used = (span.div_ceil(WIDTH) as usize).clamp(1, DIGITS);
-    let mut counts = [[0u32; BUCKETS]; DIGITS];
+    let (mut c0, mut c1, mut c2) = ([0u32; BUCKETS], [0u32; BUCKETS], [0u32; BUCKETS]);
     for &x in items.iter() {
-        for (d, c) in counts.iter_mut().enumerate().take(used) {
-            c[digit(x, d)] += 1;
+        c0[digit(x, 0)] += 1;
+        if USED > 1 {
+            c1[digit(x, 1)] += 1;
+        }
+        if USED > 2 {
+            c2[digit(x, 2)] += 1;
         }
     }
-    resize_for_overwrite(buffer, n);
-    for (d, count) in counts.iter().enumerate().take(used) {
+    resize_for_overwrite(buffer, items.len());
+    for (d, starts) in [&mut c0, &mut c1, &mut c2]
+        .into_iter()
+        .enumerate()
+        .take(USED)
+    {
+        let mut total = 0;
+        for s in starts.iter_mut() {
+            (*s, total) = (total, total + *s);
+        }
         let (from, to): (&[u32], &mut [u32]) = if d % 2 == 0 {
             (&*items, &mut buffer[..])
         } else {
             (&buffer[..], &mut *items)
         };
-        let mut start = [0u32; BUCKETS];
-        let mut total = 0;
-        for (s, &c) in start.iter_mut().zip(count) {
-            *s = total;
-            total += c;
-        }
+        assert_eq!(from.len(), to.len());
         for &x in from {
-            let b = digit(x, d);
-            to[start[b] as usize] = x;
-            start[b] += 1;
+            let s = &mut starts[digit(x, d)];
+            // SAFETY: a bucket's position stays below the count of the items in it and the
+            // buckets before it, at most `from.len()` = `to.len()`.
+            unsafe { *to.get_unchecked_mut(*s as usize) = x };
+            *s += 1;
         }
     }
-    if used % 2 == 1 {
+    if USED % 2 == 1 {
         items.copy_from_slice(buffer);
     }
 }
