@@ -585,6 +585,7 @@ fn lsd_u32<const WIDTH: u32, const BUCKETS: usize, const DIGITS: usize>(
     buffer: &mut Vec<u32>,
     span: u32,
 ) {
+    const { assert!(DIGITS <= 3, "lsd_u32_digits sorts by up to three digits") };
     // the digits used, fixed at compile time in each loop below
     match (span.div_ceil(WIDTH) as usize).clamp(1, DIGITS) {
         1 => lsd_u32_digits::<WIDTH, BUCKETS, 1>(items, buffer),
@@ -601,6 +602,11 @@ fn lsd_u32_digits<const WIDTH: u32, const BUCKETS: usize, const USED: usize>(
     items: &mut [u32],
     buffer: &mut Vec<u32>,
 ) {
+    // the counts and write positions are u32: the writes below rely on them not wrapping
+    assert!(
+        u32::try_from(items.len()).is_ok(),
+        "more items than a u32 counts"
+    );
     let digit = |x: u32, d: usize| (x >> (WIDTH * d as u32)) as usize & (BUCKETS - 1);
     let (mut c0, mut c1, mut c2) = ([0u32; BUCKETS], [0u32; BUCKETS], [0u32; BUCKETS]);
     for &x in items.iter() {
@@ -630,8 +636,10 @@ fn lsd_u32_digits<const WIDTH: u32, const BUCKETS: usize, const USED: usize>(
         assert_eq!(from.len(), to.len());
         for &x in from {
             let s = &mut starts[digit(x, d)];
-            // SAFETY: a bucket's position stays below the count of the items in it and the
-            // buckets before it, at most `from.len()` = `to.len()`.
+            // SAFETY: `from` holds the items counted (`items`, or the permutation of them
+            // the last pass wrote), so a bucket's position stays below the count of its
+            // items and the buckets' before it: at most `from.len()` = `to.len()`, with no
+            // u32 wrapping (asserted above).
             unsafe { *to.get_unchecked_mut(*s as usize) = x };
             *s += 1;
         }
