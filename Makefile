@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test check lint lint-fast stubtest rust-test py-test py-test-fast bench build clean browser
+.PHONY: demo test check lint lint-fast stubtest rust-test py-test py-test-fast test-times bench build clean browser
 
 # The virtual environment with every dependency (torch included, installed once).
 $(STAMP): pyproject.toml
@@ -65,9 +65,12 @@ browser:
 	} || echo "could not install chromium: the browser test will be skipped"
 
 # One worker per CPU; each test file runs whole in one worker, so a module's model loads once.
+# The files go out longest first (conftest.py, from tests/file_seconds.json): xdist's own order, by
+# number of tests, left files of one long test to run alone at the end.
 # OpenMP threads that wait sleep rather than spin: two workers' torch threads share two CPUs, and
 # spinning ones took a fifth to a quarter of the CPU of two torch-heavy files run side by side.
-PYTEST := OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -q python/neuroneval tests benches --benchmark-disable -n auto --dist loadfile
+PYTEST := OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -q python/neuroneval tests benches --benchmark-disable \
+	-n auto --dist loadfile --no-loadscope-reorder
 
 # Every test (the slow ones included): what CI runs.
 py-test: build browser
@@ -76,6 +79,10 @@ py-test: build browser
 # The inner loop's tests: all but those marked slow (`pytest -m slow` lists them).
 py-test-fast: build
 	$(PYTEST) -m "not slow"
+
+# Every test, recording each file's seconds in the table that orders the files of later runs.
+test-times: build browser
+	$(PYTEST) --file-seconds-out tests/file_seconds.json
 
 # The linters and cargo test run side by side (each is mostly one process: mypy, stubtest and the
 # core crate's test build take a CPU each; the environment is built first), their output kept

@@ -6,10 +6,14 @@ too large for memory), unless a test asks for the in-memory read (`whole_file_re
 every `.npy` file is read past the page cache, as large files are.
 
 SmolLM2 is read from its GGUF file once per run: the model cache (`neuroneval.label.gguf`) is a
-folder of this run, shared by every worker and the CLI's subprocesses, and removed at the end."""
+folder of this run, shared by every worker and the CLI's subprocesses, and removed at the end.
+
+The test files run longest first, by the seconds tests/file_seconds.json records for each
+(`--file-seconds-out` writes that table: `make test-times`)."""
 
 import ast
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -48,6 +52,9 @@ def pytest_configure(config: pytest.Config) -> None:
     cache = Path(tempfile.mkdtemp(prefix="neuroneval-model-cache-"))
     os.environ["NEURONEVAL_MODEL_CACHE"] = str(cache)
     config.stash[_MODEL_CACHE] = cache
+    out = config.getoption("--file-seconds-out")
+    if out:
+        config.pluginmanager.register(_FileSeconds(Path(out)), "file-seconds")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -102,9 +109,59 @@ def judge_servers() -> Iterator[Any]:
         server.stop()
 
 
+FILE_SECONDS = Path(__file__).parent / "tests" / "file_seconds.json"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--file-seconds-out",
+        metavar="PATH",
+        help="write each test file's seconds (setup, call and teardown of its tests) to PATH as JSON, "
+        "the table that orders the files of later runs (`make test-times`)",
+    )
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Test files holding slow tests first (each keeps its order): run on several CPUs, one file
-    per worker at a time (`make test`), the long files start early and the short ones fill the
-    end, instead of one long file running alone at the end."""
+    """The longest test files first, by the seconds each took in a recorded run
+    (tests/file_seconds.json; each file keeps its tests' order). On several CPUs, one file per
+    worker at a time (`make test`, with xdist's own reordering by test count turned off), the
+    long files start early and the short ones fill the end, instead of a long file running alone
+    at the end. A file the table does not know goes first if it holds a slow test, else last."""
+    try:
+        seconds: dict[str, float] = json.loads(FILE_SECONDS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        seconds = {}
+    longest = max(seconds.values(), default=0.0)
+    root = config.rootpath
     slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.path not in slow_files)
+
+    def expected(item: pytest.Item) -> float:
+        known = seconds.get(item.path.relative_to(root).as_posix()) if item.path.is_relative_to(root) else None
+        if known is not None:
+            return float(known)
+        return longest + 1.0 if item.path in slow_files else 0.0
+
+    items.sort(key=lambda item: -expected(item))
+
+
+class _FileSeconds:
+    """Sums each file's test durations as the reports arrive (from every xdist worker, on the
+    controller), and writes them when the session ends (atomically: a temporary file renamed)."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        name = _file_of(report.nodeid)
+        self.seconds[name] = self.seconds.get(name, 0.0) + report.duration
+
+    def pytest_sessionfinish(self) -> None:
+        table = {name: round(s, 1) for name, s in sorted(self.seconds.items(), key=lambda kv: (-kv[1], kv[0]))}
+        tmp = self.out.with_name(self.out.name + ".tmp")
+        tmp.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, self.out)
