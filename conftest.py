@@ -121,7 +121,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def _recorded_seconds(path: Path) -> dict[str, float]:
+    """The table of seconds per test file at `path`; empty when it is missing or unreadable."""
+    try:
+        table = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(table, dict):
+        return {}
+    return {str(k): float(v) for k, v in table.items() if isinstance(v, (int, float))}
+
+
 def _file_of(nodeid: str) -> str:
+    """A test's file as its node id names it (relative to the root): the table's key."""
     return nodeid.split("::", 1)[0]
 
 
@@ -131,26 +143,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     worker at a time (`make test`, with xdist's own reordering by test count turned off), the
     long files start early and the short ones fill the end, instead of a long file running alone
     at the end. A file the table does not know goes first if it holds a slow test, else last."""
-    try:
-        seconds: dict[str, float] = json.loads(FILE_SECONDS.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        seconds = {}
+    seconds = _recorded_seconds(FILE_SECONDS)
     longest = max(seconds.values(), default=0.0)
-    root = config.rootpath
-    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    slow_files = {_file_of(item.nodeid) for item in items if item.get_closest_marker("slow") is not None}
 
     def expected(item: pytest.Item) -> float:
-        known = seconds.get(item.path.relative_to(root).as_posix()) if item.path.is_relative_to(root) else None
-        if known is not None:
-            return float(known)
-        return longest + 1.0 if item.path in slow_files else 0.0
+        name = _file_of(item.nodeid)
+        if name in seconds:
+            return seconds[name]
+        return longest + 1.0 if name in slow_files else 0.0
 
     items.sort(key=lambda item: -expected(item))
 
 
 class _FileSeconds:
     """Sums each file's test durations as the reports arrive (from every xdist worker, on the
-    controller), and writes them when the session ends (atomically: a temporary file renamed)."""
+    controller), and writes them when every test has run, into the table of the files it did not
+    run (atomically: a temporary file renamed)."""
 
     def __init__(self, out: Path) -> None:
         self.out = out
@@ -160,8 +169,12 @@ class _FileSeconds:
         name = _file_of(report.nodeid)
         self.seconds[name] = self.seconds.get(name, 0.0) + report.duration
 
-    def pytest_sessionfinish(self) -> None:
-        table = {name: round(s, 1) for name, s in sorted(self.seconds.items(), key=lambda kv: (-kv[1], kv[0]))}
+    def pytest_sessionfinish(self, exitstatus: int) -> None:
+        if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+            return  # interrupted, or no test ran: the table keeps the last whole run's seconds
+        # the files this run did not reach keep their recorded seconds
+        merged = {**_recorded_seconds(self.out), **{name: round(s, 1) for name, s in self.seconds.items()}}
+        table = dict(sorted(merged.items(), key=lambda kv: (-kv[1], kv[0])))
         tmp = self.out.with_name(self.out.name + ".tmp")
         tmp.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
         os.replace(tmp, self.out)
