@@ -82,7 +82,7 @@ py-test-fast: build
 
 # Every test, recording each file's seconds in the table that orders the files of later runs.
 test-times: build browser
-	$(PYTEST) --file-seconds-out tests/file_seconds.json
+	$(PYTEST) --record-file-seconds
 
 # The linters and cargo test run side by side (each is mostly one process: mypy, stubtest and the
 # core crate's test build take a CPU each; the environment is built first), their output kept

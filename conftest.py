@@ -9,7 +9,7 @@ SmolLM2 is read from its GGUF file once per run: the model cache (`neuroneval.la
 folder of this run, shared by every worker and the CLI's subprocesses, and removed at the end.
 
 The test files run longest first, by the seconds tests/file_seconds.json records for each
-(`--file-seconds-out` writes that table: `make test-times`)."""
+(`--record-file-seconds` writes that table: `make test-times`)."""
 
 import ast
 import importlib.util
@@ -52,9 +52,8 @@ def pytest_configure(config: pytest.Config) -> None:
     cache = Path(tempfile.mkdtemp(prefix="neuroneval-model-cache-"))
     os.environ["NEURONEVAL_MODEL_CACHE"] = str(cache)
     config.stash[_MODEL_CACHE] = cache
-    out = config.getoption("--file-seconds-out")
-    if out:
-        config.pluginmanager.register(_FileSeconds(Path(out)), "file-seconds")
+    if config.getoption("--record-file-seconds"):
+        config.pluginmanager.register(_FileSeconds(FILE_SECONDS), "file-seconds")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -114,10 +113,10 @@ FILE_SECONDS = Path(__file__).parent / "tests" / "file_seconds.json"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
-        "--file-seconds-out",
-        metavar="PATH",
-        help="write each test file's seconds (setup, call and teardown of its tests) to PATH as JSON, "
-        "the table that orders the files of later runs (`make test-times`)",
+        "--record-file-seconds",
+        action="store_true",
+        help="record each test file's seconds (setup, call and teardown of its tests) in "
+        "tests/file_seconds.json, the table that orders the files of later runs (`make test-times`)",
     )
 
 
@@ -170,8 +169,8 @@ class _FileSeconds:
         self.seconds[name] = self.seconds.get(name, 0.0) + report.duration
 
     def pytest_sessionfinish(self, exitstatus: int) -> None:
-        if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
-            return  # interrupted, or no test ran: the table keeps the last whole run's seconds
+        if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) or not self.seconds:
+            return  # interrupted, or no test ran (--collect-only): the table keeps the last whole run's seconds
         # the files this run did not reach keep their recorded seconds
         merged = {**_recorded_seconds(self.out), **{name: round(s, 1) for name, s in self.seconds.items()}}
         table = dict(sorted(merged.items(), key=lambda kv: (-kv[1], kv[0])))
