@@ -11,9 +11,12 @@ in float64 and float32 for the product metrics and the full score call (one call
 process). Ratios are neuroneval's throughput over the peer's (above 1: neuroneval is faster).
 Then a float16 copy of the activations: spearman, inverse_auc and inverse_auprc with counting
 ranks (the default for 16-bit values) against the same calls with the radix sort forced.
-A last line estimates spearman's floor: numpy's sort of every unit's order keys on two threads
-plus neuroneval's correlation (the same product without the ranking), and spearman's ratio to it
-(the three take turns in each round, so that the host's drift moves all three alike).
+Two last lines estimate floors from peers. Spearman's: numpy's sort of every unit's order keys
+on two threads plus neuroneval's correlation (the same product without the ranking).
+inverse_auprc's: the same sort plus numpy's bincount of every unit's labels laid out in its
+descending order on two threads (one weighted scatter-add per label, the least an exact
+average-precision walk does). Each metric's ratio to its floor follows (all the parts take turns
+in each round, so that the host's drift moves them alike).
 Progress goes to stderr, the table to stdout.
 """
 
@@ -24,6 +27,7 @@ import math
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -149,28 +153,97 @@ def sort_on_two_threads(keys: np.ndarray) -> None:
         t.join()
 
 
-def spearman_floor(w: Workload, rounds: int) -> tuple[float, float, float]:
-    """The seconds numpy takes to sort every unit's packed order keys on two threads, and the
-    seconds neuroneval takes for correlation on the same inputs: spearman is that product
-    after a ranking of every unit, so their sum estimates its floor with a sort as fast as
-    numpy's and ranks that cost nothing beyond it. Last, spearman's own seconds. Each is the
-    fastest of `rounds`, and the three take turns within each round: the host's speed drifts
-    by a fifth within minutes, and measured one after the other the ratio moved with it."""
+def walk_layout(w: Workload, unit: int) -> tuple[np.ndarray, np.ndarray]:
+    """The unit's positive labels laid out in its descending order, as an exact average-precision
+    walk visits them: each label's concept and the end of its input's tie group."""
+    a = w.activations[:, unit]
+    order = np.argsort(-a, kind="stable")
+    # an input's tie group ends at the number of inputs with a value at least its own
+    group_end = len(a) - np.searchsorted(np.sort(a), a[order], side="left")
+    position, concept = np.nonzero(w.concepts[order] >= 0.5)
+    return concept.astype(np.intp), group_end[position]
+
+
+def average_precision_of_layout(concept: np.ndarray, end: np.ndarray, n_concepts: int) -> np.ndarray:
+    """Each concept's average precision from `walk_layout`'s labels: the sum, over its labels, of
+    its true positives at the end of the label's tie group over that end, divided by its number of
+    positives (SPEC's average precision with ties)."""
+    stride = int(end.max()) + 1
+    keys = concept.astype(np.int64) * stride + end
+    ordered = np.sort(keys)
+    first = np.searchsorted(ordered, concept.astype(np.int64) * stride, side="left")
+    true_positives = np.searchsorted(ordered, keys, side="right") - first
+    positives = np.bincount(concept, minlength=n_concepts)
+    sums = np.bincount(concept, weights=true_positives / end, minlength=n_concepts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return sums / positives
+
+
+def add_on_two_threads(layouts: list[tuple[np.ndarray, np.ndarray]], units: int, n_concepts: int) -> None:
+    """numpy's bincount of `units` units' laid-out labels into their concepts (one weighted
+    scatter-add per label), half of the units on each of two threads; thread i adds layout i's
+    labels each time (the cost does not depend on which unit's order they are in)."""
+
+    def add(layout: tuple[np.ndarray, np.ndarray], count: int) -> None:
+        for _ in range(count):
+            np.bincount(layout[0], weights=layout[1], minlength=n_concepts)
+
+    threads = [threading.Thread(target=add, args=(layouts[i], (units + 1 - i) // 2)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+@dataclass
+class Floors:
+    """Seconds, each the fastest of the rounds: numpy's sort of every unit's packed keys on two
+    threads; neuroneval's correlation; spearman; numpy's bincount of every unit's laid-out labels
+    on two threads; inverse_auprc."""
+
+    sort: float
+    correlation: float
+    spearman: float
+    scatter: float
+    inverse_auprc: float
+
+
+def rank_floors(w: Workload, rounds: int) -> Floors:
+    """The parts of the floors of spearman and inverse_auprc, and those metrics' own seconds.
+
+    Spearman is correlation's product after a ranking of every unit, so numpy's sort plus
+    neuroneval's correlation estimates its floor with a sort as fast as numpy's and ranks that
+    cost nothing beyond it. inverse_auprc is a ranking of every unit and a walk down each unit's
+    order that adds every positive label to its concept's sums, so numpy's sort plus numpy's
+    bincount of the labels already laid out in walk order (one weighted scatter-add per label,
+    the least an exact walk does; the layout made outside the timing) estimates its floor. Each
+    part is the fastest of `rounds`, and all take turns within each round: the host's speed
+    drifts by a fifth within minutes, and measured one after the other the ratios moved with it."""
     keys = packed_descending_keys(w.activations)
-    best = [math.inf, math.inf, math.inf]
+    walks = [walk_layout(w, unit) for unit in range(min(2, w.size.k))]
+    layouts = [(concept, 1.0 / end) for concept, end in walks + walks[:1] * (2 - len(walks))]
+    best = dict.fromkeys(("sort", "correlation", "spearman", "scatter", "inverse_auprc"), math.inf)
+    ours: dict[str, np.ndarray] = {}
     for _ in range(max(1, rounds)):
         trial = keys.copy()
         t0 = time.perf_counter()
         sort_on_two_threads(trial)
-        best[0] = min(best[0], time.perf_counter() - t0)
-        for k, metric in ((1, "correlation"), (2, "spearman")):
-            _, seconds = best_time(lambda m=metric: neuroneval.compute(w.activations, w.concepts, [m]))
-            best[k] = min(best[k], seconds)
+        best["sort"] = min(best["sort"], time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        add_on_two_threads(layouts, w.size.k, w.size.t)
+        best["scatter"] = min(best["scatter"], time.perf_counter() - t0)
+        for metric in ("correlation", "spearman", "inverse_auprc"):
+            ours[metric], seconds = best_time(lambda m=metric: neuroneval.compute(w.activations, w.concepts, [m])[m])
+            best[metric] = min(best[metric], seconds)
     # the sort does the work a ranking needs: unit 0's order, descending, ties by index
     order = (trial[0] & np.uint64(0xFFFF_FFFF)).astype(np.int64)
     if not np.array_equal(order, np.argsort(-w.activations[:, 0], kind="stable")):
         raise RuntimeError("the floor's sort does not give unit 0's descending order")
-    return best[0], best[1], best[2]
+    # the layout is the walk's: unit 0's average precisions follow from it
+    expected = average_precision_of_layout(*walks[0], w.size.t)
+    if not np.allclose(expected, ours["inverse_auprc"][0], rtol=1e-12, atol=0.0, equal_nan=True):
+        raise RuntimeError("the floor's layout does not give unit 0's inverse_auprc")
+    return Floors(**best)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -198,8 +271,8 @@ def main(argv: list[str] | None = None) -> None:
     rows += more
     log("a float16 copy: counting ranks against the radix sort")
     rows += counting_rows(w, rounds)
-    log("spearman's floor: numpy sorts every unit's order keys on two threads, then correlation")
-    floor_sort, floor_product, spearman = spearman_floor(w, rounds)
+    log("the floors of spearman and inverse_auprc: numpy sorts every unit's order keys and adds its labels")
+    floors = rank_floors(w, rounds)
     del w  # the child builds its own copy
 
     log(f"score with all {len(neuroneval.METRICS)} metrics, in a child process")
@@ -227,13 +300,21 @@ def main(argv: list[str] | None = None) -> None:
         f"+ output table {fmt_bytes(child['output_bytes'])}); "
         f"{fmt_bytes(child['rss_before_bytes'])} before the call (interpreter + inputs).  "
     )
-    floor = floor_sort + floor_product
+    floor = floors.sort + floors.correlation
     print(
         f"**spearman's floor**: numpy sorts every unit's packed order keys on two threads in "
-        f"{floor_sort:.3g} s; neuroneval's correlation (the same product, no ranking) takes "
-        f"{floor_product:.3g} s; together {floor:.3g} s = {floor / matmul['float32']:.2f} x the float32 "
-        f"matmul. Spearman, in the same rounds: {spearman:.3g} s = **{spearman / floor:.2f} x this floor** "
-        f"(target: at most 1.2 x).  "
+        f"{floors.sort:.3g} s; neuroneval's correlation (the same product, no ranking) takes "
+        f"{floors.correlation:.3g} s; together {floor:.3g} s = {floor / matmul['float32']:.2f} x the float32 "
+        f"matmul. Spearman, in the same rounds: {floors.spearman:.3g} s = **{floors.spearman / floor:.2f} x this "
+        f"floor** (target: at most 1.2 x).  "
+    )
+    floor = floors.sort + floors.scatter
+    print(
+        f"**inverse_auprc's floor**: the same sort, and numpy's bincount of every unit's labels laid out in its "
+        f"descending order (one weighted scatter-add per label) on two threads in {floors.scatter:.3g} s; "
+        f"together {floor:.3g} s = {fmt_rate(rate(size.pairs, floor))} pairs/s. inverse_auprc, in the same "
+        f"rounds: {floors.inverse_auprc:.3g} s = {fmt_rate(rate(size.pairs, floors.inverse_auprc))} pairs/s "
+        f"= **{floors.inverse_auprc / floor:.2f} x this floor**.  "
     )
     print(
         f"Largest difference from the peers on the checked pairs: {max(worst_rank, worst_products):.1e}. "
