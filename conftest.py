@@ -116,7 +116,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--record-file-seconds",
         action="store_true",
         help="record each test file's seconds (setup, call and teardown of its tests) in "
-        "tests/file_seconds.json, the table that orders the files of later runs (`make test-times`)",
+        f"{FILE_SECONDS.relative_to(FILE_SECONDS.parents[1])}, the table that orders the files of later runs "
+        "(`make test-times`)",
     )
 
 

@@ -27,6 +27,7 @@ import math
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,15 +143,21 @@ def packed_descending_keys(activations: np.ndarray) -> np.ndarray:
     return (key << np.uint64(32)) | np.arange(activations.shape[0], dtype=np.uint64)
 
 
-def sort_on_two_threads(keys: np.ndarray) -> None:
-    """Sorts each row of `keys` in place (numpy's sort, AVX-512 where the CPU has it), half of the
-    rows on each of two threads (numpy releases the GIL while it sorts)."""
-    halves = (keys[: len(keys) // 2], keys[len(keys) // 2 :])
-    threads = [threading.Thread(target=h.sort, kwargs={"axis": 1}) for h in halves]
+def on_two_threads(first: Callable[[], object], second: Callable[[], object]) -> None:
+    """Runs both side by side, each on a thread of its own (numpy releases the GIL in the work
+    timed here), and returns when both are done."""
+    threads = [threading.Thread(target=work) for work in (first, second)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+
+
+def sort_on_two_threads(keys: np.ndarray) -> None:
+    """Sorts each row of `keys` in place (numpy's sort, AVX-512 where the CPU has it), half of the
+    rows on each of two threads."""
+    half = len(keys) // 2
+    on_two_threads(lambda: keys[:half].sort(axis=1), lambda: keys[half:].sort(axis=1))
 
 
 def walk_layout(w: Workload, unit: int) -> tuple[np.ndarray, np.ndarray]:
@@ -184,15 +191,12 @@ def add_on_two_threads(layouts: list[tuple[np.ndarray, np.ndarray]], units: int,
     scatter-add per label), half of the units on each of two threads; thread i adds layout i's
     labels each time (the cost does not depend on which unit's order they are in)."""
 
-    def add(layout: tuple[np.ndarray, np.ndarray], count: int) -> None:
-        for _ in range(count):
-            np.bincount(layout[0], weights=layout[1], minlength=n_concepts)
+    def add(i: int) -> None:
+        concept, weight = layouts[i]
+        for _ in range((units + 1 - i) // 2):
+            np.bincount(concept, weights=weight, minlength=n_concepts)
 
-    threads = [threading.Thread(target=add, args=(layouts[i], (units + 1 - i) // 2)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    on_two_threads(lambda: add(0), lambda: add(1))
 
 
 @dataclass
