@@ -223,7 +223,8 @@ def test_resume_with_any_batch_size_equals_a_fresh_run_bit_for_bit(j32: lb.Local
     """In float32 a score depends on the batch it ran in (a batch of other inputs moves it by ~1e-5); `label`
     hands the judge the same fixed batches of 16 whatever its batch size or the cache holds, so a run with a
     batch size that is not a multiple of 16, and a resumed run, equal a fresh one bit for bit."""
-    texts = varied_texts(24)  # a fixed batch of 16 and a short one of 8
+    batch = j32.fixed_batch
+    texts = varied_texts(batch + batch // 2)  # one whole fixed batch and a short one
     fresh = lb.label(j32, texts, EXPLANATIONS, batch_size=32)
     # the effect being guarded against: the same inputs judged in another batch score differently
     alone = np.concatenate([d.scores for d in j32.judge(EXPLANATIONS[0], texts[3:10])])
@@ -234,7 +235,8 @@ def test_resume_with_any_batch_size_equals_a_fresh_run_bit_for_bit(j32: lb.Local
         assert np.array_equal(lb.label(j32, texts, EXPLANATIONS, batch_size=b).scores, fresh.scores), b
     path = tmp_path / "c.sqlite"
     lb.label(j32, texts, EXPLANATIONS, cache=path, batch_size=7)
-    gone = [(0, 3), (0, 17), (0, 18), (1, 20), (1, 23)]  # (explanation, input) pairs an interrupted run left
+    # (explanation, input) pairs an interrupted run left, in both fixed batches
+    gone = [(0, 3), (0, batch + 1), (0, batch + 2), (1, batch + 4), (1, len(texts) - 1)]
     with contextlib.closing(sqlite3.connect(path)) as db, db:
         db.executemany(
             "DELETE FROM judgements WHERE key = ?",
